@@ -1,0 +1,110 @@
+import swagger from '@fastify/swagger';
+import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
+import Fastify, { LogController, type FastifyError, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
+import { randomUUID } from 'node:crypto';
+import { bearerToken } from './auth.js';
+import { commandRoutes } from './commands/routes.js';
+import { ProcessRegistry } from './commands/registry.js';
+import type { Config } from './config.js';
+import { HttpError } from './errors.js';
+import { fileRoutes } from './files/routes.js';
+import { lifecycleRoutes } from './lifecycle/routes.js';
+import type { Logger } from './logger.js';
+import { SandboxState } from './sandbox-state.js';
+import { runningUserName } from './users.js';
+import { validatorCompiler } from './validation.js';
+import { VERSION } from './version.js';
+
+/** JSON request bodies above this are refused with 413 before they are parsed. */
+export const JSON_BODY_LIMIT = 10 * 1024 * 1024;
+
+/** Who may call a route: everyone (`/health`), the /init rule, or token holders (the default). */
+export type RouteAuth = 'public' | 'init' | 'token';
+
+declare module 'fastify' {
+  interface FastifyContextConfig {
+    auth?: RouteAuth;
+  }
+}
+
+export interface AppDeps {
+  config: Config;
+  logger: Logger;
+  state?: SandboxState;
+}
+
+export type App = FastifyInstance & { envd: { state: SandboxState; processes: ProcessRegistry } };
+
+const REQUEST_ID = /^[\w.:-]{1,64}$/;
+
+export async function buildApp({ config, logger, state = new SandboxState(config, runningUserName()) }: AppDeps): Promise<App> {
+  const app = Fastify({
+    loggerInstance: logger,
+    // One line per request, written by the onResponse hook below, instead of fastify's two.
+    logController: new LogController({ disableRequestLogging: true }),
+    bodyLimit: JSON_BODY_LIMIT,
+    forceCloseConnections: true,
+    return503OnClosing: true,
+    requestIdHeader: false,
+    // The control plane's request id, when it sends one, ties our log lines to its own.
+    genReqId: (req) => {
+      const given = req.headers['x-request-id'];
+      return typeof given === 'string' && REQUEST_ID.test(given) ? given : randomUUID();
+    },
+  }).withTypeProvider<TypeBoxTypeProvider>();
+
+  app.setValidatorCompiler(validatorCompiler);
+  app.setErrorHandler(handleError);
+  app.setNotFoundHandler((request, reply) => {
+    reply.code(404).send({ message: `no route for ${request.method} ${request.url.split('?')[0]}` });
+  });
+
+  const processes = new ProcessRegistry(config, logger.child({ feature: 'commands' }));
+  app.addHook('onClose', async () => processes.killAll());
+
+  app.addHook('onRequest', async (request, reply) => {
+    reply.header('x-request-id', request.id);
+    const auth = request.routeOptions.config.auth ?? 'token';
+    // Unknown routes have no url and answer 404 whoever asks.
+    if (auth === 'public' || request.routeOptions.url === undefined) return;
+    if (auth === 'init' && !state.token.isSet) return;
+    if (!state.token.isSet) throw new HttpError(401, 'envd is not initialised: no access token has been set (POST /init)');
+    const token = bearerToken(request.headers.authorization);
+    if (token === undefined) throw new HttpError(401, 'missing Authorization: Bearer <token> header');
+    if (!state.token.matches(token)) throw new HttpError(401, 'invalid access token');
+  });
+
+  app.addHook('onResponse', async (request, reply) => {
+    const level = request.routeOptions.config.auth === 'public' ? 'debug' : 'info';
+    request.log[level]({ method: request.method, url: request.url, status: reply.statusCode, ms: Math.round(reply.elapsedTime) }, 'request');
+  });
+
+  await app.register(swagger, {
+    openapi: {
+      openapi: '3.0.3',
+      info: { title: 'envd', version: VERSION, description: 'The daemon inside every sandbox VM.' },
+      components: { securitySchemes: { bearer: { type: 'http', scheme: 'bearer' } } },
+      security: [{ bearer: [] }],
+    },
+  });
+
+  await app.register(lifecycleRoutes, { config, state, processes });
+  await app.register(commandRoutes, { prefix: '/commands', config, state, processes });
+  await app.register(fileRoutes, { prefix: '/files', config, state });
+
+  return Object.assign(app, { envd: { state, processes } }) as unknown as App;
+}
+
+function handleError(error: FastifyError | HttpError, request: FastifyRequest, reply: FastifyReply) {
+  if (error instanceof HttpError) {
+    if (error.status >= 500) request.log.error({ err: error.cause ?? error }, error.message);
+    return reply.code(error.status).send({ message: error.message });
+  }
+  const status = (error as FastifyError).statusCode;
+  if (status !== undefined && status >= 400 && status < 500) {
+    // Fastify answers an unsupported Content-Type with 415; the contract says 400.
+    return reply.code(status === 415 ? 400 : status).send({ message: error.message });
+  }
+  request.log.error({ err: error }, 'unexpected error');
+  return reply.code(500).send({ message: `internal error (request id ${request.id})` });
+}

@@ -1,0 +1,127 @@
+import { readFileSync } from 'node:fs';
+import { isAbsolute } from 'node:path';
+import { parseArgs } from 'node:util';
+
+export const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;
+export type LogLevel = (typeof LOG_LEVELS)[number];
+
+export const DEFAULT_PORT = 49983;
+export const DEFAULT_MAX_OUTPUT_BYTES = 64 * 1024 * 1024;
+
+export interface Config {
+  readonly host: string;
+  readonly port: number;
+  readonly accessToken: string | undefined;
+  readonly defaultUser: string | undefined;
+  readonly defaultWorkdir: string | undefined;
+  readonly maxOutputBytes: number;
+  readonly logLevel: LogLevel;
+}
+
+/** Thrown with every problem found at once, so one run of envd shows them all. */
+export class ConfigError extends Error {
+  constructor(readonly problems: string[]) {
+    super(problems.join('\n'));
+  }
+}
+
+export const HELP = `envd — the daemon inside a sandbox VM
+
+Usage: envd [options]
+
+Options (each also read from the environment variable shown):
+  --host <addr>               ENVD_HOST               listen address (default 0.0.0.0)
+  --port <n>                  ENVD_PORT               listen port (default ${DEFAULT_PORT})
+  --access-token-file <path>  ENVD_ACCESS_TOKEN_FILE  file holding the access token
+                              ENVD_ACCESS_TOKEN       the token itself; removed from envd's environment once read
+  --default-user <name>       ENVD_DEFAULT_USER       Unix user for commands and files (default: the user envd runs as)
+  --default-workdir <path>    ENVD_DEFAULT_WORKDIR    working directory for commands (default: the user's home)
+  --max-output-bytes <n>      ENVD_MAX_OUTPUT_BYTES   output kept per stream per command (default ${DEFAULT_MAX_OUTPUT_BYTES})
+  --log-level <level>         ENVD_LOG_LEVEL          ${LOG_LEVELS.join('|')} (default info)
+  --help                      print this help and exit
+  --version                   print the version and exit
+`;
+
+const OPTIONS = {
+  host: { type: 'string', env: 'ENVD_HOST' },
+  port: { type: 'string', env: 'ENVD_PORT' },
+  'access-token-file': { type: 'string', env: 'ENVD_ACCESS_TOKEN_FILE' },
+  'default-user': { type: 'string', env: 'ENVD_DEFAULT_USER' },
+  'default-workdir': { type: 'string', env: 'ENVD_DEFAULT_WORKDIR' },
+  'max-output-bytes': { type: 'string', env: 'ENVD_MAX_OUTPUT_BYTES' },
+  'log-level': { type: 'string', env: 'ENVD_LOG_LEVEL' },
+  help: { type: 'boolean' },
+  version: { type: 'boolean' },
+} as const;
+
+export type CliAction = { kind: 'help' } | { kind: 'version' } | { kind: 'run'; config: Config };
+
+/** Reads flags, then the environment, into one frozen Config. Flags win over the environment. */
+export function parseCli(argv: string[], env: NodeJS.ProcessEnv): CliAction {
+  let values: Record<string, string | boolean | undefined>;
+  try {
+    ({ values } = parseArgs({ args: argv, options: OPTIONS, strict: true, allowPositionals: false }));
+  } catch (error) {
+    throw new ConfigError([(error as Error).message]);
+  }
+  if (values.help) return { kind: 'help' };
+  if (values.version) return { kind: 'version' };
+
+  const problems: string[] = [];
+  const read = (name: Exclude<keyof typeof OPTIONS, 'help' | 'version'>): string | undefined => {
+    const flag = values[name];
+    if (typeof flag === 'string') return flag;
+    const fromEnv = env[OPTIONS[name].env];
+    return fromEnv === undefined || fromEnv === '' ? undefined : fromEnv;
+  };
+  const describe = (name: keyof typeof OPTIONS) =>
+    'env' in OPTIONS[name] ? `--${name} (${OPTIONS[name].env})` : `--${name}`;
+
+  const port = parseInteger(read('port') ?? String(DEFAULT_PORT), 0, 65535);
+  if (port === undefined) problems.push(`${describe('port')} must be an integer from 0 to 65535, got ${JSON.stringify(read('port'))}`);
+
+  const maxOutput = parseInteger(read('max-output-bytes') ?? String(DEFAULT_MAX_OUTPUT_BYTES), 1, Number.MAX_SAFE_INTEGER);
+  if (maxOutput === undefined) problems.push(`${describe('max-output-bytes')} must be a positive integer, got ${JSON.stringify(read('max-output-bytes'))}`);
+
+  const logLevel = read('log-level') ?? 'info';
+  if (!(LOG_LEVELS as readonly string[]).includes(logLevel)) problems.push(`${describe('log-level')} must be one of ${LOG_LEVELS.join(', ')}, got ${JSON.stringify(logLevel)}`);
+
+  const host = read('host') ?? '0.0.0.0';
+  if (host.trim() === '') problems.push(`${describe('host')} must not be empty`);
+
+  const workdir = read('default-workdir');
+  if (workdir !== undefined && !isAbsolute(workdir)) problems.push(`${describe('default-workdir')} must be an absolute path, got ${JSON.stringify(workdir)}`);
+
+  let accessToken: string | undefined;
+  const tokenFile = read('access-token-file');
+  if (tokenFile !== undefined) {
+    try {
+      accessToken = readFileSync(tokenFile, 'utf8').trim();
+      if (accessToken === '') problems.push(`${describe('access-token-file')} ${tokenFile} is empty`);
+    } catch (error) {
+      problems.push(`${describe('access-token-file')} cannot be read: ${(error as NodeJS.ErrnoException).code ?? (error as Error).message}`);
+    }
+  } else if (env.ENVD_ACCESS_TOKEN) {
+    accessToken = env.ENVD_ACCESS_TOKEN;
+  }
+
+  if (problems.length > 0) throw new ConfigError(problems);
+  return {
+    kind: 'run',
+    config: Object.freeze({
+      host,
+      port: port!,
+      accessToken,
+      defaultUser: read('default-user'),
+      defaultWorkdir: workdir,
+      maxOutputBytes: maxOutput!,
+      logLevel: logLevel as LogLevel,
+    }),
+  };
+}
+
+function parseInteger(text: string, min: number, max: number): number | undefined {
+  if (!/^\d+$/.test(text)) return undefined;
+  const value = Number(text);
+  return Number.isSafeInteger(value) && value >= min && value <= max ? value : undefined;
+}

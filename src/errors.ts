@@ -1,0 +1,46 @@
+/** The one error type route handlers throw; the error handler turns it into `{ message }`. */
+export class HttpError extends Error {
+  constructor(
+    readonly status: number,
+    message: string,
+    options?: { cause?: unknown },
+  ) {
+    super(message, options);
+    this.name = 'HttpError';
+  }
+}
+
+export const badRequest = (message: string) => new HttpError(400, message);
+export const notFound = (message: string) => new HttpError(404, message);
+export const conflict = (message: string) => new HttpError(409, message);
+
+const ERRNO_STATUS: Record<string, { status: number; text: string }> = {
+  ENOENT: { status: 404, text: 'no such file or directory' },
+  ENOTDIR: { status: 400, text: 'a component of the path is not a directory' },
+  EISDIR: { status: 400, text: 'is a directory' },
+  EEXIST: { status: 409, text: 'already exists' },
+  ENOTEMPTY: { status: 409, text: 'directory is not empty' },
+  ENOSPC: { status: 507, text: 'no space left on device' },
+  EDQUOT: { status: 507, text: 'disk quota exceeded' },
+  EACCES: { status: 403, text: 'permission denied' },
+  EPERM: { status: 403, text: 'operation not permitted' },
+  EROFS: { status: 403, text: 'read-only file system' },
+  ENAMETOOLONG: { status: 400, text: 'file name too long' },
+  ELOOP: { status: 400, text: 'too many levels of symbolic links' },
+  EINVAL: { status: 400, text: 'invalid argument' },
+  EXDEV: { status: 400, text: 'cannot move across file systems' },
+  EMFILE: { status: 503, text: 'too many open files in envd; retry shortly' },
+  ENFILE: { status: 503, text: 'too many open files in the system; retry shortly' },
+};
+
+/**
+ * Maps a failed system call to an HTTP error, in this one place. Unknown
+ * errnos are rethrown untouched so that the error handler reports a 500.
+ */
+export function errnoToHttpError(error: unknown, path?: string): unknown {
+  const code = (error as NodeJS.ErrnoException | undefined)?.code;
+  const known = code ? ERRNO_STATUS[code] : undefined;
+  if (!known) return error;
+  const subject = path ? `${path}: ` : '';
+  return new HttpError(known.status, `${subject}${known.text} (${code})`, { cause: error });
+}

@@ -1,0 +1,54 @@
+import { ConfigError, HELP, parseCli } from './config.js';
+import { buildApp } from './app.js';
+import { createLogger } from './logger.js';
+import { VERSION } from './version.js';
+
+/** How long SIGTERM may take before envd exits regardless. */
+const SHUTDOWN_DEADLINE_MS = 5_000;
+
+async function main(): Promise<void> {
+  let action;
+  try {
+    action = parseCli(process.argv.slice(2), process.env);
+  } catch (error) {
+    if (!(error instanceof ConfigError)) throw error;
+    process.stderr.write(`envd: ${error.problems.join('\nenvd: ')}\nRun envd --help for the options.\n`);
+    process.exit(2);
+  }
+  if (action.kind === 'help') return void process.stdout.write(HELP);
+  if (action.kind === 'version') return void process.stdout.write(`${VERSION}\n`);
+
+  const { config } = action;
+  // Read once into the config; no child may inherit it.
+  delete process.env.ENVD_ACCESS_TOKEN;
+
+  const logger = createLogger(config.logLevel);
+  const app = await buildApp({ config, logger });
+
+  let stopping = false;
+  const stop = (signal: NodeJS.Signals) => {
+    if (stopping) return;
+    stopping = true;
+    logger.info({ signal }, 'shutting down: closing the listener and killing started process groups');
+    setTimeout(() => process.exit(0), SHUTDOWN_DEADLINE_MS).unref();
+    app.close().then(
+      () => process.exit(0),
+      (error: unknown) => {
+        logger.error({ err: error }, 'shutdown failed');
+        process.exit(1);
+      },
+    );
+  };
+  process.on('SIGTERM', stop);
+  process.on('SIGINT', stop);
+
+  try {
+    await app.listen({ host: config.host, port: config.port });
+  } catch (error) {
+    logger.fatal({ err: error }, 'cannot listen');
+    process.exit(1);
+  }
+  logger.info({ version: VERSION, host: config.host, port: config.port, initialised: app.envd.state.token.isSet }, 'envd ready');
+}
+
+void main();

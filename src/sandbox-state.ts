@@ -1,0 +1,21 @@
+import { AccessToken } from './auth.js';
+import type { Config } from './config.js';
+
+/**
+ * What `POST /init` may change while envd runs: the token, the sandbox envs
+ * and the defaults for commands and file ownership. Lives only in memory.
+ * Features read it at request time, never copy it, so a fork's new values
+ * apply to the next request.
+ */
+export class SandboxState {
+  readonly token: AccessToken;
+  envs: Record<string, string> = {};
+  defaultUser: string;
+  defaultWorkdir: string | undefined;
+
+  constructor(config: Pick<Config, 'accessToken' | 'defaultUser' | 'defaultWorkdir'>, runningAs: string) {
+    this.token = new AccessToken(config.accessToken);
+    this.defaultUser = config.defaultUser ?? runningAs;
+    this.defaultWorkdir = config.defaultWorkdir;
+  }
+}

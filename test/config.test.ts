@@ -1,0 +1,63 @@
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { ConfigError, DEFAULT_MAX_OUTPUT_BYTES, parseCli } from '../src/config.js';
+
+const run = (argv: string[], env: NodeJS.ProcessEnv = {}) => {
+  const action = parseCli(argv, env);
+  if (action.kind !== 'run') throw new Error(action.kind);
+  return action.config;
+};
+
+const problems = (argv: string[], env: NodeJS.ProcessEnv = {}) => {
+  try {
+    parseCli(argv, env);
+  } catch (error) {
+    if (error instanceof ConfigError) return error.problems;
+    throw error;
+  }
+  throw new Error('expected a ConfigError');
+};
+
+describe('parseCli', () => {
+  it('has the contract defaults', () => {
+    expect(run([])).toEqual({
+      host: '0.0.0.0', port: 49983, accessToken: undefined, defaultUser: undefined,
+      defaultWorkdir: undefined, maxOutputBytes: DEFAULT_MAX_OUTPUT_BYTES, logLevel: 'info',
+    });
+    expect(DEFAULT_MAX_OUTPUT_BYTES).toBe(67108864);
+  });
+
+  it('reads every option from its environment variable, and flags win over it', () => {
+    const env = { ENVD_HOST: '127.0.0.2', ENVD_PORT: '1234', ENVD_DEFAULT_USER: 'alice', ENVD_DEFAULT_WORKDIR: '/srv', ENVD_MAX_OUTPUT_BYTES: '99', ENVD_LOG_LEVEL: 'debug', ENVD_ACCESS_TOKEN: 'tok' };
+    expect(run([], env)).toMatchObject({ host: '127.0.0.2', port: 1234, defaultUser: 'alice', defaultWorkdir: '/srv', maxOutputBytes: 99, logLevel: 'debug', accessToken: 'tok' });
+    expect(run(['--port', '5678', '--log-level=warn'], env)).toMatchObject({ port: 5678, logLevel: 'warn' });
+  });
+
+  it('reads the token from a file, trimmed, ahead of the environment variable', () => {
+    const file = join(mkdtempSync(join(tmpdir(), 'envd-')), 'token');
+    writeFileSync(file, 's3cret\n');
+    expect(run(['--access-token-file', file], { ENVD_ACCESS_TOKEN: 'other' }).accessToken).toBe('s3cret');
+  });
+
+  it('names every bad option at once', () => {
+    const found = problems(['--port', '70000', '--max-output-bytes=-1', '--log-level', 'loud', '--default-workdir', 'rel']);
+    expect(found).toHaveLength(4);
+    expect(found.join('\n')).toMatch(/--port.*70000/);
+    expect(found.join('\n')).toMatch(/--max-output-bytes/);
+    expect(found.join('\n')).toMatch(/--log-level.*loud/);
+    expect(found.join('\n')).toMatch(/--default-workdir.*absolute/);
+  });
+
+  it('rejects a missing token file and unknown flags', () => {
+    expect(problems(['--access-token-file', '/nonexistent/token'])[0]).toMatch(/--access-token-file.*ENOENT/);
+    expect(problems(['--bogus'])[0]).toMatch(/bogus/);
+    expect(problems(['--port', 'abc'])[0]).toMatch(/--port/);
+  });
+
+  it('answers --help and --version', () => {
+    expect(parseCli(['--help'], {})).toEqual({ kind: 'help' });
+    expect(parseCli(['--version'], {})).toEqual({ kind: 'version' });
+  });
+});

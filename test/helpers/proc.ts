@@ -1,0 +1,106 @@
+import { spawn, type ChildProcess } from 'node:child_process';
+import { readdirSync, readFileSync, readlinkSync } from 'node:fs';
+import { createInterface } from 'node:readline';
+
+/** Open file descriptors of a process (this one by default). */
+export function countFds(pid: number | 'self' = 'self'): number {
+  return readdirSync(`/proc/${pid}/fd`).length;
+}
+
+/** inotify instances a process holds open. */
+export function countInotify(pid: number | 'self' = 'self'): number {
+  let count = 0;
+  for (const fd of readdirSync(`/proc/${pid}/fd`)) {
+    try {
+      if (readlinkSync(`/proc/${pid}/fd/${fd}`) === 'anon_inode:inotify') count++;
+    } catch {
+      // closed while we looked
+    }
+  }
+  return count;
+}
+
+/** Live (not zombie) processes whose command line contains the marker. */
+export function findProcesses(marker: string): number[] {
+  const found: number[] = [];
+  for (const entry of readdirSync('/proc')) {
+    if (!/^\d+$/.test(entry) || Number(entry) === process.pid) continue;
+    try {
+      const cmdline = readFileSync(`/proc/${entry}/cmdline`, 'utf8').replaceAll('\0', ' ');
+      if (!cmdline.includes(marker)) continue;
+      const state = readFileSync(`/proc/${entry}/stat`, 'utf8').split(') ')[1]?.[0];
+      if (state !== 'Z') found.push(Number(entry));
+    } catch {
+      // exited while we looked
+    }
+  }
+  return found;
+}
+
+/** Zombie children of a process. */
+export function countZombieChildren(parent: number = process.pid): number {
+  let zombies = 0;
+  for (const entry of readdirSync('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      const rest = readFileSync(`/proc/${entry}/stat`, 'utf8').split(') ')[1]!.split(' ');
+      if (rest[0] === 'Z' && Number(rest[1]) === parent) zombies++;
+    } catch {
+      // exited while we looked
+    }
+  }
+  return zombies;
+}
+
+export function rssBytes(pid: number | 'self' = 'self'): number {
+  const line = readFileSync(`/proc/${pid}/status`, 'utf8').split('\n').find((l) => l.startsWith('VmRSS:'));
+  return Number(line?.split(/\s+/)[1]) * 1024;
+}
+
+export async function waitFor(check: () => boolean | Promise<boolean>, timeoutMs = 5_000, what = 'condition'): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!(await check())) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
+export interface EnvdProcess {
+  child: ChildProcess;
+  url: string;
+  /** Every stdout line so far. */
+  lines: string[];
+  stop(signal?: NodeJS.Signals): Promise<number | null>;
+}
+
+/** Runs the built bundle as its own process and waits until it listens. */
+export async function startEnvdProcess(args: string[] = [], env: NodeJS.ProcessEnv = {}, cwd?: string, script = `${process.cwd()}/dist/envd.js`): Promise<EnvdProcess> {
+  const child = spawn(process.execPath, [script, '--host', '127.0.0.1', '--port', '0', ...args], {
+    cwd,
+    env: { PATH: process.env.PATH, ...env },
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
+  const lines: string[] = [];
+  const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
+  const url = await new Promise<string>((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`envd did not start: ${lines.join('\n')}`)), 10_000);
+    child.once('exit', (code) => reject(new Error(`envd exited with ${code}: ${lines.join('\n')}`)));
+    createInterface({ input: child.stdout! }).on('line', (line) => {
+      lines.push(line);
+      const match = /listening at (http:\/\/[\d.]+:\d+)/.exec(line);
+      if (match) {
+        clearTimeout(timer);
+        resolve(match[1]!);
+      }
+    });
+  });
+  return {
+    child,
+    url,
+    lines,
+    async stop(signal = 'SIGTERM') {
+      if (child.exitCode === null && child.signalCode === null) child.kill(signal);
+      return exited;
+    },
+  };
+}

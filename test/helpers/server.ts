@@ -1,0 +1,66 @@
+import { randomBytes } from 'node:crypto';
+import { Writable } from 'node:stream';
+import { buildApp, type App } from '../../src/app.js';
+import { DEFAULT_MAX_OUTPUT_BYTES, type Config } from '../../src/config.js';
+import { createLogger } from '../../src/logger.js';
+
+export interface TestServer {
+  url: string;
+  token: string;
+  app: App;
+  /** Every log line envd wrote, for checks that no token leaks. */
+  logs: string[];
+  /** fetch with the token; JSON bodies are serialised. */
+  call(method: string, path: string, body?: unknown, init?: RequestInit): Promise<Response>;
+  /** call() and parse the JSON answer. */
+  json<T = any>(method: string, path: string, body?: unknown, init?: RequestInit): Promise<{ status: number; body: T }>;
+  close(): Promise<void>;
+}
+
+export function testConfig(overrides: Partial<Config> = {}): Config {
+  return {
+    host: '127.0.0.1',
+    port: 0,
+    accessToken: undefined,
+    defaultUser: undefined,
+    defaultWorkdir: undefined,
+    maxOutputBytes: DEFAULT_MAX_OUTPUT_BYTES,
+    logLevel: 'info',
+    ...overrides,
+  };
+}
+
+/** A real envd listening on 127.0.0.1 on a free port, in this process. */
+export async function startServer(overrides: Partial<Config> = {}): Promise<TestServer> {
+  const token = 'accessToken' in overrides ? overrides.accessToken : randomBytes(16).toString('hex');
+  const logs: string[] = [];
+  const sink = new Writable({
+    write(chunk, _encoding, done) {
+      logs.push(...String(chunk).split('\n').filter(Boolean));
+      done();
+    },
+  });
+  const config = testConfig({ ...overrides, accessToken: token });
+  const app = await buildApp({ config, logger: createLogger(config.logLevel, sink) });
+  await app.listen({ host: '127.0.0.1', port: 0 });
+  const address = app.server.address();
+  if (!address || typeof address === 'string') throw new Error('no address');
+  const url = `http://127.0.0.1:${address.port}`;
+
+  const call = (method: string, path: string, body?: unknown, init: RequestInit = {}) => {
+    const headers = new Headers(init.headers);
+    if (token && !headers.has('authorization')) headers.set('authorization', `Bearer ${token}`);
+    let payload = init.body;
+    if (body !== undefined) {
+      headers.set('content-type', 'application/json');
+      payload = JSON.stringify(body);
+    }
+    return fetch(url + path, { ...init, method, headers, body: payload });
+  };
+  const json = async (method: string, path: string, body?: unknown, init?: RequestInit) => {
+    const response = await call(method, path, body, init);
+    const text = await response.text();
+    return { status: response.status, body: text ? JSON.parse(text) : undefined };
+  };
+  return { url, token: token ?? '', app, logs, call, json, close: () => app.close() };
+}

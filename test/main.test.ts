@@ -1,0 +1,45 @@
+import { spawnSync } from 'node:child_process';
+import { copyFileSync, mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
+import { startEnvdProcess } from './helpers/proc.js';
+
+const bundle = join(process.cwd(), 'dist/envd.js');
+const empty = mkdtempSync(join(tmpdir(), 'envd-empty-'));
+afterAll(() => rmSync(empty, { recursive: true, force: true }));
+
+const runBundle = (args: string[], env: NodeJS.ProcessEnv = {}) =>
+  spawnSync(process.execPath, [bundle, ...args], { env: { PATH: process.env.PATH, ...env }, encoding: 'utf8', timeout: 10_000 });
+
+describe('the envd executable', () => {
+  it('prints --version and --help and exits 0', () => {
+    const version = runBundle(['--version']);
+    expect(version.status).toBe(0);
+    expect(version.stdout.trim()).toMatch(/^\d+\.\d+\.\d+$/);
+    const help = runBundle(['--help']);
+    expect(help.status).toBe(0);
+    for (const flag of ['--host', '--port', '--access-token-file', '--default-user', '--default-workdir', '--max-output-bytes', '--log-level', 'ENVD_ACCESS_TOKEN']) {
+      expect(help.stdout).toContain(flag);
+    }
+  });
+
+  it('exits non-zero naming a bad option', () => {
+    const result = runBundle(['--port', 'eighty']);
+    expect(result.status).not.toBe(0);
+    expect(result.stderr).toContain('--port');
+    const fromEnv = runBundle([], { ENVD_MAX_OUTPUT_BYTES: 'lots' });
+    expect(fromEnv.status).not.toBe(0);
+    expect(fromEnv.stderr).toContain('ENVD_MAX_OUTPUT_BYTES');
+  });
+
+  it('runs from a directory with no node_modules and exits 0 on SIGTERM', async () => {
+    const copy = join(empty, 'envd.js');
+    copyFileSync(bundle, copy);
+    const envd = await startEnvdProcess([], { ENVD_ACCESS_TOKEN: 'tok' }, empty, copy);
+    const health = await fetch(`${envd.url}/health`);
+    expect(health.status).toBe(200);
+    expect(await envd.stop('SIGTERM')).toBe(0);
+    expect(envd.lines.every((line) => !line.includes('tok"'))).toBe(true);
+  });
+});
