@@ -4,6 +4,13 @@ import type { MetricsSchema } from './schemas.js';
 
 export type Metrics = Static<typeof MetricsSchema>;
 
+/**
+ * CPU use is measured over windows of at least this many clock ticks per CPU
+ * (USER_HZ is 100 on Linux: 10 ticks = 100 ms). Two calls closer than that
+ * would see one or two ticks and report 0 or 100 %: the last figure is repeated instead.
+ */
+const MIN_WINDOW_TICKS_PER_CPU = 10;
+
 interface CpuTimes {
   busy: number;
   total: number;
@@ -12,7 +19,7 @@ interface CpuTimes {
 /**
  * Reads the guest's figures from /proc and statfs: a few small reads, no
  * sleeping, so the orchestrator can poll it every second. CPU use is the
- * busy share between two calls (since boot on the first), kept per app.
+ * busy share since the previous call (since boot on the first), kept per app.
  */
 export class MetricsReader {
   #previous: CpuTimes = { busy: 0, total: 0 };
@@ -32,7 +39,7 @@ export class MetricsReader {
     const memAvailableKib = meminfoKib(meminfo, 'MemAvailable');
     return {
       cpu_count: cpuCount,
-      cpu_used_pct: this.#cpuUsedPct(times),
+      cpu_used_pct: this.#cpuUsedPct(times, cpuCount),
       mem_total_mib: Math.round(memTotalKib / 1024),
       mem_used_mib: Math.round(Math.max(0, memTotalKib - memAvailableKib) / 1024),
       disk_total_bytes: disk.blocks * disk.bsize,
@@ -43,12 +50,12 @@ export class MetricsReader {
     };
   }
 
-  #cpuUsedPct(now: CpuTimes): number {
+  #cpuUsedPct(now: CpuTimes, cpuCount: number): number {
     const total = now.total - this.#previous.total;
+    if (total < MIN_WINDOW_TICKS_PER_CPU * cpuCount) return this.#lastPct;
     const busy = now.busy - this.#previous.busy;
     this.#previous = now;
-    // Two calls within one clock tick see no change: repeat the last figure rather than divide by zero.
-    if (total > 0) this.#lastPct = Math.round((1000 * Math.min(Math.max(busy, 0), total)) / total) / 10;
+    this.#lastPct = Math.round((1000 * Math.min(Math.max(busy, 0), total)) / total) / 10;
     return this.#lastPct;
   }
 }

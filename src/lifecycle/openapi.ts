@@ -13,6 +13,8 @@ export const describeRoute: SwaggerTransform = ({ schema, url, route }) => {
   const auth: RouteAuth = route.config?.auth ?? 'token';
   const given = (schema ?? {}) as Record<string, any>;
   const responses: Record<string, unknown> = { ...given.response };
+  // Declaring only errors would hide fastify's implicit "200 Default Response": keep a success entry.
+  if (!Object.keys(responses).some((status) => status.startsWith('2'))) responses['200'] = { description: 'Success (shape not declared by the route)' };
   const add = (status: string, description: string) => {
     if (!(status in responses)) responses[status] = errorResponse(description);
   };

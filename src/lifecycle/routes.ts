@@ -30,6 +30,10 @@ export const lifecycleRoutes: FastifyPluginAsyncTypebox<LifecycleRoutesOptions> 
     '/init',
     {
       config: { auth: 'init' },
+      // A call with no body at all means "change nothing" (e.g. only to check the token), like `{}`.
+      preValidation: async (request) => {
+        if (request.body === undefined) request.body = {};
+      },
       schema: {
         summary: 'Set the token, sandbox envs, defaults and clock (create, resume, restore, fork)',
         description: 'Open while no token is set; afterwards it needs the current token. Idempotent. All fields are checked before any is applied.',
@@ -38,7 +42,7 @@ export const lifecycleRoutes: FastifyPluginAsyncTypebox<LifecycleRoutesOptions> 
       },
     },
     async (request, reply) => {
-      const plan = await validateInit(request.body ?? {});
+      const plan = await validateInit(request.body);
       // From here to the end of this block nothing awaits: the whole plan lands at once.
       applyInit(state, plan);
       const sync = plan.timestampMs === undefined ? undefined : clock.sync(plan.timestampMs);

@@ -178,6 +178,21 @@ describe('POST /init and the sandbox envs and defaults', () => {
   });
 });
 
+describe('POST /init bodies', () => {
+  it('treats a request with no body like {} (changes nothing), but refuses a JSON body that is not an object', async () => {
+    const { server } = await start('tok');
+    await post(server, { envs: { A: '1' } }, 'tok');
+    const empty = await fetch(`${server.url}/init`, { method: 'POST', headers: { authorization: 'Bearer tok' } });
+    expect(empty.status).toBe(204);
+    expect(await (await get(server, '/envs', 'tok')).json()).toEqual({ A: '1' });
+    for (const body of [null, [], 'text', 42]) {
+      const response = await post(server, body, 'tok');
+      expect(response.status, JSON.stringify(body)).toBe(400);
+      expect((await response.json()).message).toMatch(/body/);
+    }
+  });
+});
+
 describe('POST /init repeated and concurrent', () => {
   it('is idempotent: the same body twice leaves the same state', async () => {
     const { server } = await start(undefined);
