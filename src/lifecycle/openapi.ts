@@ -22,6 +22,15 @@ export const describeRoute: SwaggerTransform = ({ schema, url, route }) => {
   if (auth !== 'public') add('401', 'Missing or wrong token, or envd not initialised');
   add('500', 'Internal error; the message carries the request id and hides internals');
 
+  // Errors are JSON even on routes that `produce` something else (raw downloads): say so per status,
+  // otherwise the document would claim an octet-stream `{message}`.
+  for (const [status, response] of Object.entries(responses)) {
+    const value = response as Record<string, unknown>;
+    if (/^[45]/.test(status) && value.content === undefined) {
+      responses[status] = { description: value.description ?? 'Error', content: { 'application/json': { schema: value } } };
+    }
+  }
+
   const described: Record<string, unknown> = { ...given, response: responses };
   if (given.security === undefined) {
     // `{}` is OpenAPI's "no credentials": /init is open until the first token is set.
