@@ -25,7 +25,7 @@ const sha256 = (bytes: Uint8Array) => createHash('sha256').update(bytes).digest(
 const q = (path: string) => `path=${encodeURIComponent(path)}`;
 const temps = (d: string) => readdirSync(d).filter(isTempName);
 const upload = (path: string, body: Buffer, type = 'application/octet-stream') =>
-  server.call('PUT', `/files/raw?${q(path)}`, undefined, { body: new Blob([body]), headers: { 'content-type': type } });
+  server.call('PUT', `/files/raw?${q(path)}`, undefined, { body: new Uint8Array(body), headers: { 'content-type': type } });
 
 describe('PUT /files/raw and GET /files/raw', () => {
   it('round-trips random bytes exactly, creating parent directories', async () => {
