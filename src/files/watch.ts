@@ -83,7 +83,13 @@ export async function streamWatch(watcher: FSWatcher, path: string, req: Incomin
   res.once('close', stop);
   if (res.destroyed || req.socket.destroyed) return stop();
 
-  const session = await createSession(req, res, { keepAlive: WATCH_KEEP_ALIVE_MS });
+  let session;
+  try {
+    session = await createSession(req, res, { keepAlive: WATCH_KEEP_ALIVE_MS });
+  } catch (error) {
+    log.warn({ err: error, path }, 'could not start the watch stream');
+    return stop();
+  }
   session.once('disconnected', stop);
   if (closed) return;
   session.push({ path }, 'ready');

@@ -80,6 +80,19 @@ describe('PUT /files/raw and GET /files/raw', () => {
     expect(directory.body.message).toMatch(/is a directory/);
   });
 
+  it('closes the file when a client abandons a download halfway', async () => {
+    const target = join(dir, 'large.bin');
+    writeFileSync(target, Buffer.alloc(64 * 1024 * 1024));
+    const fdsBefore = countFds();
+    const controller = new AbortController();
+    const response = await server.call('GET', `/files/raw?${q(target)}`, undefined, { signal: controller.signal });
+    const reader = response.body!.getReader();
+    await reader.read();
+    controller.abort();
+    await reader.read().catch(() => {});
+    await waitFor(() => countFds() <= fdsBefore, 5_000, 'the download fd to be closed');
+  });
+
   it('refuses any content type but application/octet-stream with 400, writing nothing', async () => {
     const target = join(dir, 'typed.txt');
     for (const type of ['application/json', 'text/plain', 'multipart/form-data; boundary=x']) {
