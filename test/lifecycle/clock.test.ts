@@ -1,7 +1,10 @@
-import { pino } from 'pino';
+import { chmodSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { Writable } from 'node:stream';
-import { describe, expect, it } from 'vitest';
-import { ClockSync, decideClockChange, MAX_AHEAD_MS, MAX_BEHIND_MS } from '../../src/lifecycle/clock.js';
+import { pino } from 'pino';
+import { afterAll, afterEach, describe, expect, it } from 'vitest';
+import { ClockSync, decideClockChange, MAX_AHEAD_MS, MAX_BEHIND_MS, setSystemClock } from '../../src/lifecycle/clock.js';
 
 const HOST = Date.UTC(2026, 0, 2, 3, 4, 5, 678);
 
@@ -109,5 +112,32 @@ describe('ClockSync', () => {
     const warning = lines.map((line) => JSON.parse(line)).find((entry) => entry.level === 40);
     expect(warning?.msg).toMatch(/cannot set the guest clock/);
     expect(warning?.err?.message).toMatch(/Operation not permitted/);
+  });
+});
+
+describe('setSystemClock (the real setter)', () => {
+  // The real `date -s` would move this machine's clock (the tests run as root), so a stand-in
+  // `date` first on PATH records its arguments instead; the guest suite exercises the real one.
+  const bin = mkdtempSync(join(tmpdir(), 'envd-fake-date-'));
+  const savedPath = process.env.PATH;
+  afterEach(() => {
+    process.env.PATH = savedPath;
+  });
+  afterAll(() => rmSync(bin, { recursive: true, force: true }));
+  const fakeDate = (script: string) => {
+    writeFileSync(join(bin, 'date'), `#!/bin/sh\n${script}\n`);
+    chmodSync(join(bin, 'date'), 0o755);
+    process.env.PATH = `${bin}:${savedPath}`;
+  };
+
+  it('runs `date -u -s @<seconds.millis>`', async () => {
+    fakeDate(`printf '%s\\n' "$@" > ${bin}/args`);
+    await setSystemClock(Date.UTC(2026, 0, 2, 3, 4, 5, 678));
+    expect(readFileSync(join(bin, 'args'), 'utf8').trim().split('\n')).toEqual(['-u', '-s', `@${Date.UTC(2026, 0, 2, 3, 4, 5) / 1000}.678`]);
+  });
+
+  it("rejects with date's own message when it cannot set the clock", async () => {
+    fakeDate(`echo "date: cannot set date: Operation not permitted" >&2; exit 1`);
+    await expect(setSystemClock(0)).rejects.toThrow(/date -u -s @0.000 failed: date: cannot set date: Operation not permitted/);
   });
 });
