@@ -23,6 +23,7 @@ export class ProcessRegistry {
   constructor(
     readonly config: Config,
     readonly log: Logger,
+    private readonly limits = { maxFinishedBackground: MAX_FINISHED_BACKGROUND },
   ) {}
 
   get size(): number {
@@ -76,7 +77,7 @@ export class ProcessRegistry {
     for (const proc of this.byPid.values()) if (proc.spec.background && !proc.running) finished++;
     // Map order is insertion order, so the first finished entries are the oldest.
     for (const [pid, proc] of this.byPid) {
-      if (finished <= MAX_FINISHED_BACKGROUND) break;
+      if (finished <= this.limits.maxFinishedBackground) break;
       if (!proc.spec.background || proc.running) continue;
       this.byPid.delete(pid);
       finished--;

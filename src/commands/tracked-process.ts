@@ -101,6 +101,11 @@ export class TrackedProcess {
     return this.exitInfo === undefined;
   }
 
+  /** Clients following the output live (for leak checks and metrics). */
+  get subscriberCount(): number {
+    return this.subscribers.size;
+  }
+
   get exit(): ExitInfo | undefined {
     return this.exitInfo;
   }

@@ -136,9 +136,12 @@ describe('GET /commands/{pid}/stream (attach)', () => {
     const abort = new AbortController();
     const third = readEvents(await server.call('GET', `/commands/${started.pid}/stream`, undefined, { signal: abort.signal }));
     await readUntil(third, (e) => e.event === 'stdout');
+    const proc = server.app.envd.processes.get(started.pid)!;
+    expect(proc.subscriberCount).toBe(3);
     abort.abort();
-    await new Promise((r) => setTimeout(r, 200));
-    expect(server.app.envd.processes.get(started.pid)?.running).toBe(true);
+    // Its subscription is dropped (no leak), and the process runs on.
+    await waitFor(() => proc.subscriberCount === 2, 5_000, 'the attacher to be unsubscribed');
+    expect(proc.running).toBe(true);
 
     await server.json('POST', `/commands/${started.pid}/stdin`, { data: 'two\n' });
     const live = [
@@ -153,6 +156,7 @@ describe('GET /commands/{pid}/stream (attach)', () => {
     };
     expect(await rest(first)).toEqual(live);
     expect(await rest(second)).toEqual(live);
+    expect(proc.subscriberCount).toBe(0);
     expect((await server.json('GET', `/commands/${started.pid}/wait`)).body).toEqual({ stdout: 'one\ngot two\n', stderr: 'bye\n', exit_code: 0 });
   });
 
