@@ -47,8 +47,9 @@ export const commandRoutes: FastifyPluginAsyncTypebox<CommandRoutesOptions> = as
     return proc;
   };
 
+  // '' (not '/'): the route is exactly /commands, as the contract and the OpenAPI document name it.
   app.post(
-    '/',
+    '',
     {
       schema: {
         summary: 'Run a command (foreground result, or { pid } with background: true)',
@@ -90,7 +91,7 @@ export const commandRoutes: FastifyPluginAsyncTypebox<CommandRoutesOptions> = as
   );
 
   app.get(
-    '/',
+    '',
     { schema: { summary: 'List tracked processes', response: { 200: ProcessList, ...errors } } },
     async () => ({
       processes: processes.list().map((proc) => ({

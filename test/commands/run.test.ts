@@ -162,6 +162,21 @@ describe('POST /commands (foreground)', () => {
     });
   });
 
+  it('describes every command route, with its error shape, in the OpenAPI document', () => {
+    const doc = server.app.swagger() as any;
+    const routes = [
+      ['/commands', 'post'], ['/commands', 'get'], ['/commands/stream', 'post'], ['/commands/{pid}/stream', 'get'],
+      ['/commands/{pid}/wait', 'get'], ['/commands/{pid}/stdin', 'post'], ['/commands/{pid}/stdin', 'delete'],
+      ['/commands/{pid}/signal', 'post'], ['/commands/{pid}', 'delete'],
+    ];
+    for (const [path, method] of routes) {
+      const operation = doc.paths[path!]?.[method!];
+      expect(operation?.summary, `${method} ${path}`).toEqual(expect.any(String));
+      expect(operation.responses['4XX'].content['application/json'].schema.required).toEqual(['message']);
+    }
+    expect(doc.paths['/commands/stream'].post.responses['200'].content).toHaveProperty('text/event-stream');
+  });
+
   describe('validation', () => {
     it('answers 400 naming the field for a bad body', async () => {
       const cases: [Record<string, unknown>, RegExp][] = [
