@@ -23,7 +23,10 @@ extract_vmlinux() { # bzImage, output
 }
 
 # The metapackage names the current image package, e.g. linux-image-6.1.0-41-amd64.
-package=$(apt-cache depends linux-image-amd64 2>/dev/null | awk '/Depends: linux-image-[0-9]/ {print $2; exit}')
+resolve_package() { apt-cache depends linux-image-amd64 2>/dev/null | awk '/Depends: linux-image-[0-9]/ {print $2; exit}'; }
+package=$(resolve_package)
+# A fresh machine may have no package lists yet.
+[ -n "$package" ] || { apt-get update -qq >/dev/null 2>&1 || true; package=$(resolve_package); }
 [ -n "$package" ] || { echo "build-kernel: cannot resolve linux-image-amd64 (run apt-get update)" >&2; exit 1; }
 release=${package#linux-image-}
 out="$cache/kernel-$release"
