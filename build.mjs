@@ -34,8 +34,11 @@ function buildSingleExecutable() {
   const major = Number(process.versions.node.split('.')[0]);
   if (major < 24) throw new Error(`build.mjs must run under Node 24 (npm scripts use node_modules/.bin/node), got ${process.version}`);
 
+  // The V8 flags envd is deployed with; the executable applies them itself (SEA execArgv).
+  const nodeFlags = JSON.parse(readFileSync('package.json', 'utf8')).envd?.nodeFlags ?? [];
   const inputs = createHash('sha256')
     .update(readFileSync('dist/envd.js'))
+    .update(JSON.stringify(nodeFlags))
     .update(process.execPath)
     .update(process.version)
     .digest('hex');
@@ -44,7 +47,13 @@ function buildSingleExecutable() {
 
   writeFileSync(
     'dist/sea-config.json',
-    JSON.stringify({ main: 'dist/envd.js', output: 'dist/sea-prep.blob', disableExperimentalSEAWarning: true, useCodeCache: true }),
+    JSON.stringify({
+      main: 'dist/envd.js',
+      output: 'dist/sea-prep.blob',
+      disableExperimentalSEAWarning: true,
+      useCodeCache: true,
+      execArgv: nodeFlags,
+    }),
   );
   run(process.execPath, ['--experimental-sea-config', 'dist/sea-config.json']);
 
