@@ -68,7 +68,9 @@ function buildSingleExecutable() {
   } catch (error) {
     console.warn(`build.mjs: strip failed (${error.message.split('\n')[0]}); dist/envd keeps its symbols. Install binutils for a smaller binary.`);
   }
-  run('node_modules/.bin/postject', [
+  // postject runs under this same Node, whatever `node` is first on PATH.
+  run(process.execPath, [
+    'node_modules/postject/dist/cli.js',
     partial,
     'NODE_SEA_BLOB',
     'dist/sea-prep.blob',
