@@ -14,7 +14,7 @@ import { lifecycleRoutes } from './lifecycle/routes.js';
 import type { Logger } from './logger.js';
 import { SandboxState } from './sandbox-state.js';
 import { runningUserName } from './users.js';
-import { validatorCompiler } from './validation.js';
+import { formatValidationError, validatorCompiler } from './validation.js';
 import { VERSION } from './version.js';
 
 /** JSON request bodies above this are refused with 413 before they are parsed. */
@@ -50,6 +50,7 @@ export async function buildApp({ config, logger, state = new SandboxState(config
     forceCloseConnections: true,
     return503OnClosing: true,
     requestIdHeader: false,
+    schemaErrorFormatter: formatValidationError,
     // The control plane's request id, when it sends one, ties our log lines to its own.
     genReqId: (req) => {
       const given = req.headers['x-request-id'];

@@ -1,5 +1,6 @@
 import { Ajv, type Options } from 'ajv';
 import type { FastifySchemaCompiler } from 'fastify';
+import type { FastifySchemaValidationError } from 'fastify/types/schema.js';
 
 const common: Options = { allErrors: false, useDefaults: true, removeAdditional: false, strict: false };
 
@@ -13,3 +14,15 @@ export const validatorCompiler: FastifySchemaCompiler<object> = ({ schema, httpP
   const ajv = httpPart === 'body' ? bodyAjv : textAjv;
   return ajv.compile(schema);
 };
+
+/**
+ * Names the offending field in every validation message, including the one
+ * ajv leaves anonymous: `body must NOT have additional properties ("colour")`.
+ */
+export function formatValidationError(errors: FastifySchemaValidationError[], dataVar: string): Error {
+  const first = errors[0];
+  if (!first) return new Error(`${dataVar} is invalid`);
+  const extra = first.params as { additionalProperty?: string };
+  const named = first.keyword === 'additionalProperties' && extra.additionalProperty !== undefined ? ` (${JSON.stringify(extra.additionalProperty)})` : '';
+  return new Error(`${dataVar}${first.instancePath} ${first.message ?? 'is invalid'}${named}`);
+}

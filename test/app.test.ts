@@ -56,3 +56,19 @@ describe('the HTTP surface', () => {
     expect(server.logs.join('\n')).not.toContain(server.token);
   });
 });
+
+describe('validation messages', () => {
+  it('name the field, the unexpected one included', async () => {
+    server = await startServer();
+    const wrongType = await server.json('POST', '/commands', { cmd: 5 });
+    expect(wrongType).toEqual({ status: 400, body: { message: 'body/cmd must be string' } });
+    const missing = await server.json('POST', '/commands', {});
+    expect(missing.status).toBe(400);
+    expect(missing.body.message).toMatch(/body must have required property 'cmd'/);
+    const extra = await server.json('POST', '/commands', { cmd: 'true', colour: 'blue' });
+    expect(extra).toEqual({ status: 400, body: { message: 'body must NOT have additional properties ("colour")' } });
+    const pid = await server.json('GET', '/commands/0x10/wait');
+    expect(pid.status).toBe(400);
+    expect(pid.body.message).toMatch(/^params\/pid /);
+  });
+});

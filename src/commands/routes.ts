@@ -1,14 +1,13 @@
 import { Type } from '@sinclair/typebox';
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import type { Config } from '../config.js';
-import { notFound } from '../errors.js';
+import { ErrorSchema, notFound } from '../errors.js';
 import type { SandboxState } from '../sandbox-state.js';
 import type { ProcessRegistry } from './registry.js';
 import {
   BackgroundStarted,
   CommandResult,
   Empty,
-  ErrorSchema,
   Killed,
   PidParams,
   ProcessList,

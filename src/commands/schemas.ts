@@ -5,7 +5,6 @@ export const MAX_TIMEOUT_SECONDS = Math.floor((2 ** 31 - 1) / 1000);
 
 export const SIGNALS = ['SIGTERM', 'SIGINT', 'SIGHUP', 'SIGQUIT', 'SIGKILL', 'SIGUSR1', 'SIGUSR2', 'SIGSTOP', 'SIGCONT'] as const;
 
-export const ErrorSchema = Type.Object({ message: Type.String() }, { description: 'Every error answer' });
 
 const commandFields = {
   cmd: Type.String({ minLength: 1, description: 'Run as `bash -l -c <cmd>` (or `sh -l -c` where bash is absent)' }),

@@ -1,6 +1,6 @@
 import { Type, type Static } from '@sinclair/typebox';
+import { ErrorSchema } from '../errors.js';
 
-export const ErrorSchema = Type.Object({ message: Type.String() });
 
 const PathField = Type.String({ description: 'absolute path' });
 const Username = Type.String({ description: 'owner of created files and directories; default: default_user' });

@@ -1,7 +1,7 @@
 import { Type, type TObject, type TString } from '@sinclair/typebox';
+import { ErrorSchema } from '../errors.js';
 
 /** The body of every error answer. */
-export const ErrorSchema = Type.Object({ message: Type.String() }, { additionalProperties: true });
 
 /** ErrorSchema with the description the OpenAPI document shows for one status. */
 export const errorResponse = (description: string): TObject<{ message: TString }> => ({ ...ErrorSchema, description });
