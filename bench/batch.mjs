@@ -23,7 +23,7 @@ async function timedMs(fn) {
 }
 
 export async function run({ quick = false, envd } = {}) {
-  const rounds = quick ? 5 : 15;
+  const rounds = quick ? 4 : 15;
   const dir = makeTempDir('batch');
   const data = Array.from({ length: FILES }, (_, i) => contents(i));
   // A fresh, existing directory for each side and round, made outside the timing.
@@ -40,6 +40,8 @@ export async function run({ quick = false, envd } = {}) {
         const samples = await interleave({
           rounds,
           warmup: 1,
+          minRounds: 2,
+          budgetMs: quick ? 6_000 : 60_000,
           a: (round) => {
             const target = freshDir('envd', round);
             const files = data.map((d, i) => ({ path: join(target, `f${i}.txt`), data: d }));
@@ -53,7 +55,7 @@ export async function run({ quick = false, envd } = {}) {
             return timedMs(() => data.forEach((d, i) => writeFileSync(join(target, `f${i}.txt`), d)));
           },
         });
-        const note = `${FILES} × 1 KiB, ${rounds} per side; baseline writes in place with no atomicity`;
+        const note = `${FILES} × 1 KiB, ${samples.rounds} per side; baseline writes in place with no atomicity`;
         return [makeRow({ name: 'batch 1,000 × 1 KiB', unit: 'ms', envd: median(samples.a), baseline: median(samples.b), note })];
       },
       (why) => [missingRow({ name: 'batch 1,000 × 1 KiB', unit: 'ms', note: why })],

@@ -19,7 +19,9 @@ export async function run({ quick = false, envd } = {}) {
       };
       const samples = await interleave({
         rounds,
-        warmup: 10,
+        warmup: 5,
+        minRounds: 20,
+        budgetMs: quick ? 10_000 : 120_000,
         a: () =>
           timed(async () => {
             const result = await postJson(server, '/commands', { cmd: 'true' });
@@ -27,7 +29,7 @@ export async function run({ quick = false, envd } = {}) {
           }),
         b: () => timed(() => spawnLoginShell('true')),
       });
-      const note = `${rounds} of each, interleaved`;
+      const note = `${samples.rounds} of each, interleaved`;
       return [
         makeRow({ name: 'exec latency p50', unit: 'ms', envd: percentile(samples.a, 0.5), baseline: percentile(samples.b, 0.5), goal: GOAL, note }),
         makeRow({ name: 'exec latency p99', unit: 'ms', envd: percentile(samples.a, 0.99), baseline: percentile(samples.b, 0.99), note }),

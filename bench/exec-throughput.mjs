@@ -16,18 +16,20 @@ async function ratePerSecond(count, task) {
 }
 
 export async function run({ quick = false, envd } = {}) {
-  const rounds = quick ? 3 : 6;
-  const perBatch = quick ? 80 : 200;
+  const rounds = quick ? 3 : 8;
+  const perBatch = quick ? 16 : 64;
   const rows = await withEnvd(
     { envd },
     async (server) => {
       const samples = await interleave({
         rounds,
         warmup: 1,
+        minRounds: 2,
+        budgetMs: quick ? 10_000 : 120_000,
         a: () => ratePerSecond(perBatch, () => postJson(server, '/commands', { cmd: 'true' })),
         b: () => ratePerSecond(perBatch, () => spawnLoginShell('true')),
       });
-      const note = `${rounds} batches of ${perBatch} per side, concurrency ${CONCURRENCY}, median batch`;
+      const note = `${samples.rounds} batches of ${perBatch} per side, concurrency ${CONCURRENCY}, median batch`;
       return [makeRow({ name: 'exec throughput', unit: 'cmd/s', envd: median(samples.a), baseline: median(samples.b), goal: GOAL, note })];
     },
     (why) => [missingRow({ name: 'exec throughput', unit: 'cmd/s', goal: GOAL, note: why })],

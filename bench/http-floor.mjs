@@ -17,14 +17,16 @@ async function requestsPerSecond(url, seconds) {
 }
 
 export async function run({ quick = false, envd } = {}) {
-  const seconds = quick ? 3 : 10;
-  const rounds = quick ? 2 : 3;
+  // Many short turns rather than a few long ones: on a shared machine the
+  // neighbours' load comes and goes, and short turns spread it over both sides.
+  const seconds = quick ? 1 : 2;
+  const rounds = quick ? 5 : 15;
   const bare = await startServer({ args: [BARE], usePortFlag: false });
   try {
     const rows = await withEnvd(
       { envd },
       async (server) => {
-        const samples = await interleave({ rounds, warmup: 0, a: () => requestsPerSecond(server.url, seconds), b: () => requestsPerSecond(bare.url, seconds) });
+        const samples = await interleave({ rounds, warmup: 1, a: () => requestsPerSecond(server.url, seconds), b: () => requestsPerSecond(bare.url, seconds) });
         const note = `autocannon, ${CONNECTIONS} connections, ${rounds} × ${seconds} s per side`;
         return [makeRow({ name: 'HTTP floor (GET /health)', unit: 'req/s', envd: median(samples.a), baseline: median(samples.b), goal: GOAL, note })];
       },

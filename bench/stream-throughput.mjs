@@ -42,8 +42,8 @@ export async function run({ quick = false, envd } = {}) {
   const rows = await withEnvd(
     { envd },
     async (server) => {
-      const samples = await interleave({ rounds, warmup: 1, a: () => streamThroughEnvd(server, cmd, bytes), b: () => streamDirect(cmd, bytes) });
-      const note = `\`${cmd}\`, ${rounds} runs per side`;
+      const samples = await interleave({ rounds, warmup: 1, minRounds: 2, budgetMs: quick ? 10_000 : 120_000, a: () => streamThroughEnvd(server, cmd, bytes), b: () => streamDirect(cmd, bytes) });
+      const note = `\`${cmd}\`, ${samples.rounds} runs per side`;
       return [makeRow({ name: 'stream throughput', unit: 'MB/s', envd: median(samples.a), baseline: median(samples.b), goal: GOAL, note })];
     },
     (why) => [missingRow({ name: 'stream throughput', unit: 'MB/s', goal: GOAL, note: why })],

@@ -7,7 +7,7 @@ import { pipeline } from 'node:stream/promises';
 import { send } from './lib/client.mjs';
 import { atLeast, atMost, makeRow, missingRow, printRow, runIfMain, withEnvd } from './lib/figure.mjs';
 import { rssBytes, sampleRss } from './lib/envd-process.mjs';
-import { interleave, median } from './lib/stats.mjs';
+import { interleave, median, round } from './lib/stats.mjs';
 import { makeTempDir, removeTempDir, writeRandomFile } from './lib/temp.mjs';
 
 const GOAL = atLeast(0.85);
@@ -27,10 +27,10 @@ async function uploadThroughEnvd(server, source, target, bytes) {
   return bytes / MB / seconds;
 }
 
-async function writeDirect(source, target, bytes) {
+async function writeDirect(source, target, bytes, flush = false) {
   rmSync(target, { force: true });
   const start = performance.now();
-  await pipeline(createReadStream(source), createWriteStream(target));
+  await pipeline(createReadStream(source), createWriteStream(target, { flush }));
   return bytes / MB / ((performance.now() - start) / 1000);
 }
 
@@ -50,17 +50,24 @@ export async function run({ quick = false, envd } = {}) {
         const rss = sampleRss(server.pid, 20);
         let samples;
         let peak;
+        // A third side, for the reader only: the direct write flushed to disk
+        // (fsync before close), as a durable atomic upload has to be.
+        const flushed = [];
         try {
           samples = await interleave({
             rounds,
             warmup: quick ? 0 : 1,
             a: () => uploadThroughEnvd(server, source, join(dir, 'via-envd.bin'), bytes),
-            b: () => writeDirect(source, join(dir, 'direct.bin'), bytes),
+            b: async () => {
+              const plain = await writeDirect(source, join(dir, 'direct.bin'), bytes);
+              flushed.push(await writeDirect(source, join(dir, 'direct-flushed.bin'), bytes, true));
+              return plain;
+            },
           });
         } finally {
           peak = rss.stop();
         }
-        const note = `${mib} MiB${quick ? ' (--quick; the full run uploads 500 MiB)' : ''}, ${rounds} per side`;
+        const note = `${mib} MiB${quick ? ' (--quick; the full run uploads 500 MiB)' : ''}, ${rounds} per side; direct write with fsync: ${round(median(flushed))} MB/s`;
         return [
           makeRow({ name: names[0], unit: 'MB/s', envd: median(samples.a), baseline: median(samples.b), goal: GOAL, note }),
           makeRow({ name: names[1], unit: 'MiB', envd: (peak - idle) / MIB, ratio: null, goal: RSS_GOAL, note: `peak VmRSS over the uploads minus VmRSS before` }),

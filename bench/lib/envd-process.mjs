@@ -8,8 +8,9 @@ import { createServer } from 'node:net';
 import { fileURLToPath } from 'node:url';
 
 export const ROOT = fileURLToPath(new URL('../../', import.meta.url));
-export const ENVD_JS = `${ROOT}dist/envd.js`;
-export const ENVD_SEA = `${ROOT}dist/envd`;
+// ENVD_BENCH_BUNDLE / ENVD_BENCH_EXECUTABLE point the bench at another build (a before/after comparison).
+export const ENVD_JS = process.env.ENVD_BENCH_BUNDLE ?? `${ROOT}dist/envd.js`;
+export const ENVD_SEA = process.env.ENVD_BENCH_EXECUTABLE ?? `${ROOT}dist/envd`;
 
 /** How long a server may take to answer /health before the bench gives up on it. */
 const START_DEADLINE_MS = 15_000;

@@ -32,16 +32,23 @@ export function ratio(envd, baseline) {
 /**
  * Runs `rounds` rounds of A then B (A B A B …), each call returning one sample
  * (or an array of samples), and returns every sample of each side. Warm-up
- * rounds run first and are thrown away.
+ * rounds run first and are thrown away. With `budgetMs`, measuring stops early
+ * once that much time has gone by and at least `minRounds` rounds are in, so a
+ * slow machine (a login shell that takes 300 ms) still finishes in time;
+ * `samples.rounds` says how many were measured.
  */
-export async function interleave({ rounds, warmup = 0, a, b }) {
-  const samples = { a: [], b: [] };
+export async function interleave({ rounds, warmup = 0, a, b, budgetMs = Infinity, minRounds = 1, now = () => performance.now() }) {
+  const samples = { a: [], b: [], rounds: 0 };
+  let started;
   for (let round = -warmup; round < rounds; round++) {
+    if (round === 0) started = now();
+    else if (round >= minRounds && now() - started > budgetMs) break;
     const sa = await a(round);
     const sb = await b(round);
     if (round < 0) continue;
     samples.a.push(...[sa].flat());
     samples.b.push(...[sb].flat());
+    samples.rounds++;
   }
   return samples;
 }

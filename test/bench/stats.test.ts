@@ -34,7 +34,16 @@ describe('bench statistics', () => {
       b: async (round: number) => (order.push(`b${round}`), [round, round * 10]),
     });
     expect(order).toEqual(['a-1', 'b-1', 'a0', 'b0', 'a1', 'b1']);
-    expect(samples).toEqual({ a: [0, 1], b: [0, 0, 1, 10] });
+    expect(samples).toEqual({ a: [0, 1], b: [0, 0, 1, 10], rounds: 2 });
+  });
+
+  it('stops measuring once the time budget is spent, but not before the minimum rounds', async () => {
+    let clock = 0;
+    const samples = await interleave({ rounds: 100, minRounds: 3, budgetMs: 10, now: () => clock, a: () => (clock += 4), b: () => 0 });
+    // Rounds end at 4, 8, 12 ms: the fourth would start past the 10 ms budget.
+    expect(samples.rounds).toBe(3);
+    const unbounded = await interleave({ rounds: 2, minRounds: 5, budgetMs: 0, now: () => (clock += 100), a: () => 1, b: () => 2 });
+    expect(unbounded.rounds).toBe(2);
   });
 
   it('runs every task with no more than the given number in flight', async () => {
