@@ -8,7 +8,7 @@ import { randomBytes } from 'node:crypto';
 import { mkdirSync, readdirSync } from 'node:fs';
 import { closeClient } from './lib/client.mjs';
 import { summariseProfile } from './lib/cpu-profile.mjs';
-import { ENVD_JS, freePort, ROOT, waitForHealth } from './lib/envd-process.mjs';
+import { ENVD_JS, ENVD_NODE_FLAGS, freePort, ROOT, waitForHealth } from './lib/envd-process.mjs';
 
 const figure = process.argv[2];
 if (!figure || figure.startsWith('-')) {
@@ -20,7 +20,7 @@ const out = `${ROOT}bench/results/profile-${figure}-${Date.now()}`;
 mkdirSync(out, { recursive: true });
 const port = await freePort();
 const token = randomBytes(16).toString('hex');
-const child = spawn(process.execPath, ['--cpu-prof', `--cpu-prof-dir=${out}`, ENVD_JS, '--host', '127.0.0.1', '--port', String(port), '--log-level', 'warn'], {
+const child = spawn(process.execPath, [...ENVD_NODE_FLAGS, '--cpu-prof', `--cpu-prof-dir=${out}`, ENVD_JS, '--host', '127.0.0.1', '--port', String(port), '--log-level', 'warn'], {
   env: { PATH: process.env.PATH, HOME: process.env.HOME, ENVD_ACCESS_TOKEN: token },
   stdio: ['ignore', 'ignore', 'inherit'],
 });

@@ -6,6 +6,7 @@ import { readFileSync, writeFileSync } from 'node:fs';
 import { cpus, totalmem } from 'node:os';
 import { closeClient } from './lib/client.mjs';
 import { ROOT, startEnvd } from './lib/envd-process.mjs';
+import { formatTable } from './lib/table.mjs';
 import { run as batch } from './batch.mjs';
 import { run as download } from './download.mjs';
 import { run as execLatency } from './exec-latency.mjs';
@@ -51,19 +52,6 @@ async function runFigure(label, run, ctx) {
   }
 }
 
-const format = (v) => (v == null ? '—' : String(v));
-
-function table(rows) {
-  const lines = ['| figure | envd | baseline | ratio | goal | met |', '|---|---|---|---|---|---|'];
-  for (const r of rows) {
-    const unit = r.unit ? ` ${r.unit}` : '';
-    const envd = r.envd == null ? `n/a (${r.note ?? 'missing'})` : `${r.envd}${unit}`;
-    const met = r.met === null ? '(report)' : r.met ? 'yes' : '**no**';
-    lines.push(`| ${r.name} | ${envd} | ${r.baseline == null ? '—' : `${r.baseline}${unit}`} | ${format(r.ratio)} | ${r.goal} | ${met} |`);
-  }
-  return lines.join('\n');
-}
-
 const began = performance.now();
 const machine = describeMachine();
 console.log(`envd bench${quick ? ' (--quick)' : ''} on ${machine}\nratio = envd / baseline for every figure (≤ goals: lower is better; ≥ goals: higher is better)\n`);
@@ -82,7 +70,7 @@ try {
 }
 
 writeFileSync(`${ROOT}bench/results/latest.json`, `${JSON.stringify(rows, null, 2)}\n`);
-console.log(`\n${table(rows)}\n`);
+console.log(`\n${formatTable(rows)}\n`);
 const judged = rows.filter((r) => r.met !== null);
 console.log(`${judged.filter((r) => r.met).length} of ${judged.length} goals met; ${((performance.now() - began) / 1000).toFixed(0)} s; written to bench/results/latest.json`);
 console.log(`machine: ${machine}`);

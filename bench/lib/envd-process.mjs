@@ -12,6 +12,9 @@ export const ROOT = fileURLToPath(new URL('../../', import.meta.url));
 export const ENVD_JS = process.env.ENVD_BENCH_BUNDLE ?? `${ROOT}dist/envd.js`;
 export const ENVD_SEA = process.env.ENVD_BENCH_EXECUTABLE ?? `${ROOT}dist/envd`;
 
+/** The V8 flags envd is deployed with (package.json "envd.nodeFlags"; the single executable has them built in). */
+export const ENVD_NODE_FLAGS = JSON.parse(readFileSync(`${ROOT}package.json`, 'utf8')).envd?.nodeFlags ?? [];
+
 /** How long a server may take to answer /health before the bench gives up on it. */
 const START_DEADLINE_MS = 15_000;
 
@@ -131,7 +134,7 @@ export async function startEnvd({ executable = false, logLevel = 'warn' } = {}) 
   if (!existsSync(file)) throw new Error(`${file} does not exist (npm run build)`);
   const server = await startServer({
     command: executable ? file : process.execPath,
-    args: [...(executable ? [] : [file]), '--log-level', logLevel],
+    args: [...(executable ? [] : [...ENVD_NODE_FLAGS, file]), '--log-level', logLevel],
     env: { ENVD_ACCESS_TOKEN: token },
   });
   return { ...server, token };
