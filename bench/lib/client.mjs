@@ -41,7 +41,11 @@ export function send(envd, method, path, { body, headers = {}, read = true, sign
         }, reject);
       },
     );
-    req.on('error', reject);
+    req.on('error', (error) => {
+      // A streamed body must not keep its file open when the request fails.
+      if (typeof body?.destroy === 'function') body.destroy();
+      reject(error);
+    });
     if (body !== undefined && typeof body.pipe === 'function') body.pipe(req);
     else req.end(json);
   });

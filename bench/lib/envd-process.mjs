@@ -57,6 +57,10 @@ export function sampleRss(pid, everyMs = 20) {
   };
 }
 
+// Servers still running when the bench exits (an error, Ctrl-C) get SIGTERM, so none outlives it.
+const running = new Set();
+process.once('exit', () => running.forEach((child) => child.kill('SIGTERM')));
+
 /** One GET /health; resolves with the status code, rejects on a connection error. */
 function getHealth(port) {
   return new Promise((resolve, reject) => {
@@ -99,7 +103,9 @@ export async function startServer({ command = process.execPath, args = [], env =
   });
   let stderr = '';
   child.stderr.on('data', (chunk) => (stderr = (stderr + chunk).slice(-4000)));
+  running.add(child);
   const exited = new Promise((resolve) => child.once('exit', (code, signal) => resolve(code ?? signal)));
+  void exited.then(() => running.delete(child));
   let startMs;
   try {
     startMs = await waitForHealth(port, child, started);
