@@ -1,0 +1,147 @@
+// Starts the built envd (or any server script) as its own process on
+// 127.0.0.1, waits for its first 200 from /health, and stops it.
+import { spawn } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { existsSync, readFileSync } from 'node:fs';
+import { request } from 'node:http';
+import { createServer } from 'node:net';
+import { fileURLToPath } from 'node:url';
+
+export const ROOT = fileURLToPath(new URL('../../', import.meta.url));
+// ENVD_BENCH_BUNDLE / ENVD_BENCH_EXECUTABLE point the bench at another build (a before/after comparison).
+export const ENVD_JS = process.env.ENVD_BENCH_BUNDLE ?? `${ROOT}dist/envd.js`;
+export const ENVD_SEA = process.env.ENVD_BENCH_EXECUTABLE ?? `${ROOT}dist/envd`;
+
+/** The V8 flags envd is deployed with (package.json "envd.nodeFlags"; the single executable has them built in). */
+export const ENVD_NODE_FLAGS = JSON.parse(readFileSync(`${ROOT}package.json`, 'utf8')).envd?.nodeFlags ?? [];
+
+/** How long a server may take to answer /health before the bench gives up on it. */
+const START_DEADLINE_MS = 15_000;
+
+/** A port nobody listens on right now (the kernel's pick for port 0, released again). */
+export async function freePort() {
+  return new Promise((resolve, reject) => {
+    const server = createServer();
+    server.once('error', reject);
+    server.listen(0, '127.0.0.1', () => {
+      const { port } = server.address();
+      server.close(() => resolve(port));
+    });
+  });
+}
+
+/** VmRSS of a process in bytes. */
+export function rssBytes(pid) {
+  const line = readFileSync(`/proc/${pid}/status`, 'utf8').split('\n').find((l) => l.startsWith('VmRSS:'));
+  return Number(line?.split(/\s+/)[1]) * 1024;
+}
+
+/** Samples a process's RSS every `everyMs` until stopped; returns the peak seen. */
+export function sampleRss(pid, everyMs = 20) {
+  let peak = rssBytes(pid);
+  const timer = setInterval(() => {
+    try {
+      peak = Math.max(peak, rssBytes(pid));
+    } catch {
+      // the process is gone; keep the peak we have
+    }
+  }, everyMs);
+  return {
+    stop() {
+      clearInterval(timer);
+      try {
+        peak = Math.max(peak, rssBytes(pid));
+      } catch {}
+      return peak;
+    },
+  };
+}
+
+// Servers still running when the bench exits (an error, Ctrl-C) get SIGTERM, so none outlives it.
+const running = new Set();
+process.once('exit', () => running.forEach((child) => child.kill('SIGTERM')));
+
+/** One GET /health; resolves with the status code, rejects on a connection error. */
+function getHealth(port) {
+  return new Promise((resolve, reject) => {
+    const req = request({ host: '127.0.0.1', port, path: '/health', agent: false }, (res) => {
+      res.resume();
+      res.on('end', () => resolve(res.statusCode));
+    });
+    req.on('error', reject);
+    req.end();
+  });
+}
+
+/** Polls /health as fast as connections are refused until the first 200; resolves with the time it came, in ms since `since`. */
+export async function waitForHealth(port, child, since = performance.now()) {
+  const deadline = since + START_DEADLINE_MS;
+  for (;;) {
+    if (child.exitCode !== null || child.signalCode !== null) throw new Error(`server exited with ${child.exitCode ?? child.signalCode} before answering /health`);
+    try {
+      if ((await getHealth(port)) === 200) return performance.now() - since;
+    } catch {
+      // not listening yet
+    }
+    if (performance.now() > deadline) throw new Error(`no 200 from /health on port ${port} within ${START_DEADLINE_MS} ms`);
+    await new Promise((r) => setTimeout(r, 1));
+  }
+}
+
+/**
+ * Runs a server process: `command` with `args`, `--port` chosen here when
+ * `portFlag` is set (or PORT in its environment otherwise), waits for /health.
+ * Resolves with { pid, port, url, token, startMs, stop() }.
+ */
+export async function startServer({ command = process.execPath, args = [], env = {}, usePortFlag = true } = {}) {
+  const port = await freePort();
+  const allArgs = usePortFlag ? [...args, '--host', '127.0.0.1', '--port', String(port)] : args;
+  const started = performance.now();
+  const child = spawn(command, allArgs, {
+    env: { PATH: process.env.PATH, HOME: process.env.HOME, USER: process.env.USER, PORT: String(port), ...env },
+    stdio: ['ignore', 'ignore', 'pipe'],
+  });
+  let stderr = '';
+  child.stderr.on('data', (chunk) => (stderr = (stderr + chunk).slice(-4000)));
+  running.add(child);
+  const exited = new Promise((resolve) => child.once('exit', (code, signal) => resolve(code ?? signal)));
+  void exited.then(() => running.delete(child));
+  let startMs;
+  try {
+    startMs = await waitForHealth(port, child, started);
+  } catch (error) {
+    child.kill('SIGKILL');
+    await exited;
+    throw new Error(`${error.message}${stderr ? `\n${stderr}` : ''}`);
+  }
+  return {
+    pid: child.pid,
+    port,
+    url: `http://127.0.0.1:${port}`,
+    startMs,
+    child,
+    async stop() {
+      if (child.exitCode === null && child.signalCode === null) child.kill('SIGTERM');
+      const timer = setTimeout(() => child.kill('SIGKILL'), 6_000);
+      await exited;
+      clearTimeout(timer);
+    },
+  };
+}
+
+/**
+ * envd from dist/ (the bundle by default, or the single executable), with a
+ * fresh token and reduced logging: the bench measures envd's work, not the
+ * cost of one pino line per request on stdout (see README, Performance).
+ */
+export async function startEnvd({ executable = false, logLevel = 'warn' } = {}) {
+  const token = randomBytes(24).toString('hex');
+  const file = executable ? ENVD_SEA : ENVD_JS;
+  if (!existsSync(file)) throw new Error(`${file} does not exist (npm run build)`);
+  const server = await startServer({
+    command: executable ? file : process.execPath,
+    args: [...(executable ? [] : [...ENVD_NODE_FLAGS, file]), '--log-level', logLevel],
+    env: { ENVD_ACCESS_TOKEN: token },
+  });
+  return { ...server, token };
+}

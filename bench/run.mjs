@@ -1,0 +1,76 @@
+// `npm run bench [-- --quick]`: every figure in turn against one envd started
+// from dist/ (start-up and memory start their own), then a table, and
+// bench/results/latest.json with one row per measured figure.
+import { execSync } from 'node:child_process';
+import { readFileSync, writeFileSync } from 'node:fs';
+import { cpus, totalmem } from 'node:os';
+import { closeClient } from './lib/client.mjs';
+import { ROOT, startEnvd } from './lib/envd-process.mjs';
+import { formatTable } from './lib/table.mjs';
+import { run as batch } from './batch.mjs';
+import { run as download } from './download.mjs';
+import { run as execLatency } from './exec-latency.mjs';
+import { run as execThroughput } from './exec-throughput.mjs';
+import { run as httpFloor } from './http-floor.mjs';
+import { run as memory } from './memory.mjs';
+import { run as startup } from './startup.mjs';
+import { run as streamThroughput } from './stream-throughput.mjs';
+import { run as upload } from './upload.mjs';
+import { run as watchLatency } from './watch-latency.mjs';
+
+const quick = process.argv.includes('--quick');
+
+// Start-up first, while nothing else of ours runs; memory last, on its own envd.
+const ownEnvd = [['start-up', startup]];
+const sharedEnvd = [
+  ['HTTP floor', httpFloor],
+  ['exec latency', execLatency],
+  ['exec throughput', execThroughput],
+  ['stream throughput', streamThroughput],
+  ['upload', upload],
+  ['download', download],
+  ['batch', batch],
+  ['watch latency', watchLatency],
+];
+const last = [['memory under use', memory]];
+
+function describeMachine() {
+  const cpu = readFileSync('/proc/cpuinfo', 'utf8').match(/^model name\s*:\s*(.*)$/m)?.[1] ?? cpus()[0]?.model ?? 'unknown';
+  const nproc = execSync('nproc').toString().trim();
+  return `${nproc} CPUs (${cpu}), ${(totalmem() / 2 ** 30).toFixed(1)} GiB RAM, Node ${process.version}, ${process.platform} ${execSync('uname -r').toString().trim()}`;
+}
+
+async function runFigure(label, run, ctx) {
+  const started = performance.now();
+  try {
+    return await run(ctx);
+  } catch (error) {
+    console.log(`✗ ${label}: failed: ${error.stack ?? error}`);
+    return [{ name: label, unit: '', envd: null, baseline: null, ratio: null, goal: '', met: false, note: `failed: ${error.message}` }];
+  } finally {
+    process.stderr.write(`  (${label}: ${((performance.now() - started) / 1000).toFixed(1)} s)\n`);
+  }
+}
+
+const began = performance.now();
+const machine = describeMachine();
+console.log(`envd bench${quick ? ' (--quick)' : ''} on ${machine}\nratio = envd / baseline for every figure (≤ goals: lower is better; ≥ goals: higher is better)\n`);
+const rows = [];
+try {
+  for (const [label, run] of ownEnvd) rows.push(...(await runFigure(label, run, { quick })));
+  const envd = await startEnvd();
+  try {
+    for (const [label, run] of sharedEnvd) rows.push(...(await runFigure(label, run, { quick, envd })));
+  } finally {
+    await envd.stop();
+  }
+  for (const [label, run] of last) rows.push(...(await runFigure(label, run, { quick })));
+} finally {
+  closeClient();
+}
+
+writeFileSync(`${ROOT}bench/results/latest.json`, `${JSON.stringify(rows, null, 2)}\n`);
+console.log(`\n${formatTable(rows)}\n`);
+const judged = rows.filter((r) => r.met !== null);
+console.log(`${judged.filter((r) => r.met).length} of ${judged.length} goals met; ${((performance.now() - began) / 1000).toFixed(0)} s; written to bench/results/latest.json`);
+console.log(`machine: ${machine}`);

@@ -1,0 +1,85 @@
+// upload: PUT /files/raw of a big file against fs.createWriteStream of the same
+// bytes into the same directory, and envd's peak RSS growth while it receives
+// them (sampled from /proc every 20 ms): the upload must never sit in memory.
+import { createReadStream, createWriteStream, rmSync } from 'node:fs';
+import { join } from 'node:path';
+import { pipeline } from 'node:stream/promises';
+import { send } from './lib/client.mjs';
+import { atLeast, atMost, makeRow, missingRow, printRow, runIfMain, withEnvd } from './lib/figure.mjs';
+import { rssBytes, sampleRss } from './lib/envd-process.mjs';
+import { interleave, median, round } from './lib/stats.mjs';
+import { makeTempDir, removeTempDir, writeRandomFile } from './lib/temp.mjs';
+
+const GOAL = atLeast(0.85);
+const RSS_GOAL = atMost(64, 'MiB');
+const MB = 1e6;
+const MIB = 1024 * 1024;
+
+async function uploadThroughEnvd(server, source, target, bytes) {
+  rmSync(target, { force: true });
+  const start = performance.now();
+  const { status, body } = await send(server, 'PUT', `/files/raw?path=${encodeURIComponent(target)}`, {
+    body: createReadStream(source),
+    headers: { 'content-type': 'application/octet-stream', 'content-length': bytes },
+  });
+  const seconds = (performance.now() - start) / 1000;
+  if (status !== 200 || JSON.parse(body).size !== bytes) throw new Error(`PUT /files/raw answered ${status}: ${body.slice(0, 300)}`);
+  return bytes / MB / seconds;
+}
+
+async function writeDirect(source, target, bytes, flush = false) {
+  rmSync(target, { force: true });
+  const start = performance.now();
+  await pipeline(createReadStream(source), createWriteStream(target, { flush }));
+  return bytes / MB / ((performance.now() - start) / 1000);
+}
+
+export async function run({ quick = false, envd } = {}) {
+  const mib = quick ? 64 : 500;
+  const bytes = mib * MIB;
+  const rounds = quick ? 3 : 3;
+  const dir = makeTempDir('upload');
+  const names = ['upload', 'upload peak RSS growth'];
+  try {
+    const source = join(dir, 'source.bin');
+    writeRandomFile(source, bytes);
+    const rows = await withEnvd(
+      { envd },
+      async (server) => {
+        const idle = rssBytes(server.pid);
+        const rss = sampleRss(server.pid, 20);
+        let samples;
+        let peak;
+        // A third side, for the reader only: the direct write flushed to disk
+        // (fsync before close), as a durable atomic upload has to be.
+        const flushed = [];
+        try {
+          samples = await interleave({
+            rounds,
+            warmup: quick ? 0 : 1,
+            a: () => uploadThroughEnvd(server, source, join(dir, 'via-envd.bin'), bytes),
+            b: async () => {
+              const plain = await writeDirect(source, join(dir, 'direct.bin'), bytes);
+              flushed.push(await writeDirect(source, join(dir, 'direct-flushed.bin'), bytes, true));
+              return plain;
+            },
+          });
+        } finally {
+          peak = rss.stop();
+        }
+        const note = `${mib} MiB${quick ? ' (--quick; the full run uploads 500 MiB)' : ''}, ${rounds} per side; direct write with fsync: ${round(median(flushed))} MB/s`;
+        return [
+          makeRow({ name: names[0], unit: 'MB/s', envd: median(samples.a), baseline: median(samples.b), goal: GOAL, note }),
+          makeRow({ name: names[1], unit: 'MiB', envd: (peak - idle) / MIB, ratio: null, goal: RSS_GOAL, note: `peak VmRSS over the uploads minus VmRSS before` }),
+        ];
+      },
+      (why) => [missingRow({ name: names[0], unit: 'MB/s', goal: GOAL, note: why }), missingRow({ name: names[1], unit: 'MiB', goal: RSS_GOAL, note: why })],
+    );
+    rows.forEach(printRow);
+    return rows;
+  } finally {
+    removeTempDir(dir);
+  }
+}
+
+await runIfMain(import.meta.url, run);
