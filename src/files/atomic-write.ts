@@ -4,6 +4,7 @@ import { basename, dirname, join } from 'node:path';
 import type { Readable, Transform } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { badRequest, errnoToHttpError } from '../errors.js';
+import { STREAM_CHUNK_BYTES } from './chunk-size.js';
 import type { Owner } from './paths.js';
 
 const NEW_FILE_MODE = 0o644;
@@ -84,7 +85,7 @@ export async function writeTemp(target: string, source: ByteSource, owner: Owner
     } else {
       // The stream owns the handle from here: it closes it when it finishes or is destroyed.
       // flush: fsync before close, so the rename never exposes bytes that are only in the page cache.
-      const file = handle.createWriteStream({ flush: true });
+      const file = handle.createWriteStream({ flush: true, highWaterMark: STREAM_CHUNK_BYTES });
       await (through ? pipeline(source, through, file) : pipeline(source, file));
     }
     // open()'s mode went through the umask; say exactly what we mean.

@@ -2,6 +2,7 @@ import type { FileHandle } from 'node:fs/promises';
 import { open } from 'node:fs/promises';
 import type { ReadStream } from 'node:fs';
 import { badRequest, errnoToHttpError } from '../errors.js';
+import { STREAM_CHUNK_BYTES } from './chunk-size.js';
 
 export interface ByteRange {
   start: number;
@@ -61,10 +62,10 @@ export async function openDownload(path: string, rangeHeader: string | undefined
     if (range) {
       headers['content-range'] = `bytes ${range.start}-${range.end}/${size}`;
       headers['content-length'] = String(range.end - range.start + 1);
-      return { status: 206, headers, body: handle.createReadStream({ start: range.start, end: range.end }) };
+      return { status: 206, headers, body: handle.createReadStream({ start: range.start, end: range.end, highWaterMark: STREAM_CHUNK_BYTES }) };
     }
     headers['content-length'] = String(size);
-    return { status: 200, headers, body: handle.createReadStream() };
+    return { status: 200, headers, body: handle.createReadStream({ highWaterMark: STREAM_CHUNK_BYTES }) };
   } catch (error) {
     await handle.close();
     throw error;
