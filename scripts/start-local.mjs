@@ -4,6 +4,7 @@ import { spawn, spawnSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import pkg from '../package.json' with { type: 'json' };
 
 const build = spawnSync(process.execPath, ['build.mjs'], { stdio: 'inherit' });
 if (build.status !== 0) process.exit(build.status ?? 1);
@@ -18,6 +19,6 @@ process.stderr.write(
   `\nenvd: token in ${tokenFile}. Try:\n\n` +
     `curl -s -H "Authorization: Bearer $(cat ${tokenFile})" -H 'content-type: application/json' -d '{"cmd":"echo hello from envd"}' http://127.0.0.1:${port}/commands\n\n`,
 );
-const envd = spawn(process.execPath, ['dist/envd.js', '--host', '127.0.0.1', '--port', port, '--access-token-file', tokenFile], { stdio: 'inherit' });
+const envd = spawn(process.execPath, [...pkg.envd.nodeFlags, 'dist/envd.js', '--host', '127.0.0.1', '--port', port, '--access-token-file', tokenFile], { stdio: 'inherit' });
 for (const signal of ['SIGINT', 'SIGTERM']) process.on(signal, () => envd.kill('SIGTERM'));
 envd.on('exit', (code) => process.exit(code ?? 0));

@@ -8,6 +8,8 @@ import { ProcessRegistry } from './commands/registry.js';
 import type { Config } from './config.js';
 import { HttpError } from './errors.js';
 import { fileRoutes } from './files/routes.js';
+import type { ClockSetter } from './lifecycle/clock.js';
+import { describeRoute } from './lifecycle/openapi.js';
 import { lifecycleRoutes } from './lifecycle/routes.js';
 import type { Logger } from './logger.js';
 import { SandboxState } from './sandbox-state.js';
@@ -31,13 +33,15 @@ export interface AppDeps {
   config: Config;
   logger: Logger;
   state?: SandboxState;
+  /** Sets the system clock for POST /init; tests inject a fake so they never move the real clock. */
+  setClock?: ClockSetter;
 }
 
 export type App = FastifyInstance & { envd: { state: SandboxState; processes: ProcessRegistry } };
 
 const REQUEST_ID = /^[\w.:-]{1,64}$/;
 
-export async function buildApp({ config, logger, state = new SandboxState(config, runningUserName()) }: AppDeps): Promise<App> {
+export async function buildApp({ config, logger, state = new SandboxState(config, runningUserName()), setClock }: AppDeps): Promise<App> {
   const app = Fastify({
     loggerInstance: logger,
     // One line per request, written by the onResponse hook below, instead of fastify's two.
@@ -86,9 +90,10 @@ export async function buildApp({ config, logger, state = new SandboxState(config
       components: { securitySchemes: { bearer: { type: 'http', scheme: 'bearer' } } },
       security: [{ bearer: [] }],
     },
+    transform: describeRoute,
   });
 
-  await app.register(lifecycleRoutes, { config, state, processes });
+  await app.register(lifecycleRoutes, { config, state, processes, setClock });
   await app.register(commandRoutes, { prefix: '/commands', config, state, processes });
   await app.register(fileRoutes, { prefix: '/files', config, state });
 

@@ -1,7 +1,26 @@
-import type { FastifyPluginAsync } from 'fastify';
+import { Type } from '@sinclair/typebox';
+import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import type { Config } from '../config.js';
+import { notFound } from '../errors.js';
 import type { SandboxState } from '../sandbox-state.js';
 import type { ProcessRegistry } from './registry.js';
+import {
+  BackgroundStarted,
+  CommandResult,
+  Empty,
+  ErrorSchema,
+  Killed,
+  PidParams,
+  ProcessList,
+  SignalBody,
+  type SignalName,
+  StartBody,
+  StdinBody,
+  StreamBody,
+} from './schemas.js';
+import { prepareCommand } from './spawn.js';
+import { streamProcess } from './sse.js';
+import type { TrackedProcess } from './tracked-process.js';
 
 export interface CommandRoutesOptions {
   config: Config;
@@ -9,7 +28,149 @@ export interface CommandRoutesOptions {
   processes: ProcessRegistry;
 }
 
-// Placeholder until the command group lands: only the listing.
-export const commandRoutes: FastifyPluginAsync<CommandRoutesOptions> = async (app) => {
-  app.get('/', async () => ({ processes: [] }));
+const errors = { '4xx': ErrorSchema, '5xx': ErrorSchema };
+
+const EventStream = {
+  description: 'Server-sent events: start { pid }, stdout/stderr { stream, data }, exit { exit_code, timed_out?, signal? }',
+  content: { 'text/event-stream': { schema: Type.String() } },
+};
+
+/** The answer `wait` gives for a pid envd does not track (the public contract's shape). */
+const NOT_FOUND_RESULT = { stdout: '', stderr: 'process not found', exit_code: 1 };
+
+const timeoutMs = (seconds: number | undefined) => Math.ceil((seconds ?? 0) * 1000);
+
+export const commandRoutes: FastifyPluginAsyncTypebox<CommandRoutesOptions> = async (app, { state, processes }) => {
+  const tracked = (pid: string): TrackedProcess => {
+    const proc = processes.get(Number(pid));
+    if (!proc) throw notFound(`pid ${pid} is not tracked`);
+    return proc;
+  };
+
+  // '' (not '/'): the route is exactly /commands, as the contract and the OpenAPI document name it.
+  app.post(
+    '',
+    {
+      schema: {
+        summary: 'Run a command (foreground result, or { pid } with background: true)',
+        body: StartBody,
+        response: { 200: Type.Union([CommandResult, BackgroundStarted]), ...errors },
+      },
+    },
+    async (request, reply) => {
+      const { background = false, timeout } = request.body;
+      const prepared = await prepareCommand(request.body, state);
+      const proc = await processes.start(prepared, { background, timeoutMs: timeoutMs(timeout) });
+      if (background) return { pid: proc.pid };
+
+      // A foreground command belongs to its request: no client, no command.
+      const onClose = () => {
+        if (!proc.running || reply.raw.writableFinished) return;
+        request.log.info({ pid: proc.pid }, 'client went away before the command finished: killing it');
+        proc.kill();
+      };
+      reply.raw.once('close', onClose);
+      try {
+        await proc.finished;
+      } finally {
+        reply.raw.off('close', onClose);
+      }
+      return proc.result();
+    },
+  );
+
+  app.post(
+    '/stream',
+    { schema: { summary: 'Run a command and stream its output as server-sent events', body: StreamBody, response: { 200: EventStream, ...errors } } },
+    async (request, reply) => {
+      // Everything that can fail with a JSON error happens before the stream starts.
+      const prepared = await prepareCommand(request.body, state);
+      const proc = await processes.start(prepared, { background: false, timeoutMs: timeoutMs(request.body.timeout) });
+      await streamProcess(request, reply, proc, { killOnDisconnect: true });
+    },
+  );
+
+  app.get(
+    '',
+    { schema: { summary: 'List tracked processes', response: { 200: ProcessList, ...errors } } },
+    async () => ({
+      processes: processes.list().map((proc) => ({
+        pid: proc.pid,
+        cmd: proc.spec.cmd,
+        cwd: proc.spec.cwd,
+        user: proc.spec.user,
+        background: proc.spec.background,
+        stdin: proc.spec.stdin,
+        started_at: proc.startedAt.toISOString(),
+        running: proc.running,
+        ...(proc.exit ? { exit_code: proc.exit.exit_code } : {}),
+      })),
+    }),
+  );
+
+  app.get(
+    '/:pid/stream',
+    { schema: { summary: 'Attach: replay the kept output, then follow live output until exit', params: PidParams, response: { 200: EventStream, ...errors } } },
+    async (request, reply) => {
+      const proc = tracked(request.params.pid);
+      // An attacher only watches: its leaving never kills the command.
+      await streamProcess(request, reply, proc, { killOnDisconnect: false });
+    },
+  );
+
+  app.get(
+    '/:pid/wait',
+    { schema: { summary: 'Wait for a process to end, get its result, and forget it', params: PidParams, response: { 200: CommandResult, ...errors } } },
+    async (request) => {
+      const pid = Number(request.params.pid);
+      const proc = processes.get(pid);
+      if (!proc) return NOT_FOUND_RESULT;
+      await proc.finished;
+      processes.forget(pid, proc);
+      return proc.result();
+    },
+  );
+
+  app.post(
+    '/:pid/stdin',
+    { schema: { summary: 'Write to a process\'s stdin (reserved with stdin: true)', params: PidParams, body: StdinBody, response: { 200: Empty, ...errors } } },
+    async (request) => {
+      await tracked(request.params.pid).writeStdin(request.body.data);
+      return {};
+    },
+  );
+
+  app.delete(
+    '/:pid/stdin',
+    { schema: { summary: 'Close a process\'s stdin (EOF)', params: PidParams, response: { 200: Empty, ...errors } } },
+    async (request) => {
+      tracked(request.params.pid).closeStdin();
+      return {};
+    },
+  );
+
+  app.post(
+    '/:pid/signal',
+    { schema: { summary: 'Send a signal to a process\'s group', params: PidParams, body: SignalBody, response: { 200: Empty, ...errors } } },
+    async (request) => {
+      // After the shell has ended there is nothing left to signal (and its pid may be reused): a no-op.
+      // The type provider infers through its own TypeBox, which cannot see through Unsafe: the schema guarantees the name.
+      tracked(request.params.pid).signal(request.body.signal as SignalName);
+      return {};
+    },
+  );
+
+  app.delete(
+    '/:pid',
+    { schema: { summary: 'Kill a process tree and forget it', params: PidParams, response: { 200: Killed, ...errors } } },
+    async (request) => {
+      const pid = Number(request.params.pid);
+      const proc = processes.get(pid);
+      if (!proc) return { killed: false };
+      proc.kill();
+      processes.forget(pid, proc);
+      request.log.info({ pid }, 'killed on request');
+      return { killed: true };
+    },
+  );
 };

@@ -1,10 +1,186 @@
-import type { FastifyPluginAsync } from 'fastify';
+import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
+import { lstat } from 'node:fs/promises';
 import type { Config } from '../config.js';
+import { HttpError, errnoToHttpError } from '../errors.js';
 import type { SandboxState } from '../sandbox-state.js';
+import { writeAtomically } from './atomic-write.js';
+import { writeBatch } from './batch.js';
+import { openDownload } from './download.js';
+import { describeEntry } from './entry-info.js';
+import { listDirectory } from './list.js';
+import { makeDirectory } from './mkdir.js';
+import { readOwnerNames } from './owner-names.js';
+import { checkPath, resolveOwner } from './paths.js';
+import { decodeData, readContent } from './read.js';
+import { removeEntry } from './remove.js';
+import { moveEntry } from './rename.js';
+import * as S from './schemas.js';
+import { UPLOAD_LIMIT, checkUploadHeaders, receiveUpload } from './upload.js';
+import { armWatch, streamWatch } from './watch.js';
 
 export interface FileRoutesOptions {
   config: Config;
   state: SandboxState;
 }
 
-export const fileRoutes: FastifyPluginAsync<FileRoutesOptions> = async () => {};
+export const fileRoutes: FastifyPluginAsyncTypebox<FileRoutesOptions> = async (app, { state }) => {
+  // Raw uploads reach the handler as the unread request stream; only this plugin sees this parser.
+  app.addContentTypeParser('application/octet-stream', (_request, payload, done) => done(null, payload));
+
+  app.put(
+    '/raw',
+    {
+      bodyLimit: UPLOAD_LIMIT,
+      schema: {
+        summary: 'Upload a file (raw bytes, streamed, atomic)',
+        querystring: S.UploadQuery,
+        consumes: ['application/octet-stream'],
+        response: { 200: S.Written, ...S.errors(400, 404, 409, 413, 507) },
+      },
+      // Before the body is parsed: wrong type or declared size is refused without reading it.
+      onRequest: async (request, reply) => {
+        try {
+          checkUploadHeaders(request.headers);
+        } catch (error) {
+          // The unread body is not worth draining: answer and close the connection.
+          reply.header('connection', 'close');
+          throw error;
+        }
+      },
+    },
+    async (request, reply) => {
+      const path = checkPath(request.query.path, 'path');
+      const owner = await resolveOwner(state, request.query.username);
+      try {
+        return await receiveUpload(request.raw, path, owner);
+      } catch (error) {
+        // Answering before the body is complete: close rather than read the rest of it.
+        if (!request.raw.complete) reply.header('connection', 'close');
+        throw error;
+      }
+    },
+  );
+
+  app.get(
+    '/raw',
+    {
+      schema: {
+        summary: 'Download a file (streamed; single Range requests answered with 206)',
+        querystring: S.PathQuery,
+        produces: ['application/octet-stream'],
+        response: { 200: S.FileBytes, 206: S.FileBytes, ...S.errors(400, 404, 416) },
+      },
+    },
+    async (request, reply) => {
+      const path = checkPath(request.query.path, 'path');
+      const download = await openDownload(path, request.headers.range);
+      if (download.status === 416) {
+        reply.header('content-range', `bytes */${download.size}`);
+        throw new HttpError(416, `range ${request.headers.range} is outside the file (${download.size} bytes)`);
+      }
+      return reply.code(download.status).headers(download.headers).send(download.body);
+    },
+  );
+
+  app.post(
+    '/batch',
+    { schema: { summary: 'Write several files, all or nothing', body: S.BatchBody, response: { 200: S.BatchWritten, ...S.errors(400, 404, 409, 413, 507) } } },
+    async (request) => {
+      const entries = request.body.files.map((file, index) => ({
+        path: checkPath(file.path, `files[${index}].path`),
+        bytes: decodeData(file.data, file.encoding ?? 'utf8', `files[${index}].data`),
+      }));
+      const owner = await resolveOwner(state, request.body.username);
+      return { files: await writeBatch(entries, owner) };
+    },
+  );
+
+  app.post(
+    '/',
+    { schema: { summary: 'Write a file from JSON text (atomic)', body: S.WriteBody, response: { 200: S.Written, ...S.errors(400, 409, 413, 507) } } },
+    async (request) => {
+      const path = checkPath(request.body.path, 'path');
+      const bytes = decodeData(request.body.data, request.body.encoding ?? 'utf8', 'data');
+      const owner = await resolveOwner(state, request.body.username);
+      return writeAtomically(path, bytes, owner);
+    },
+  );
+
+  app.get(
+    '/',
+    { schema: { summary: 'Read a file of up to 10 MiB as JSON', querystring: S.ReadQuery, response: { 200: S.FileContent, ...S.errors(400, 404, 413) } } },
+    async (request) => readContent(checkPath(request.query.path, 'path'), request.query.encoding ?? 'utf8'),
+  );
+
+  app.delete(
+    '/',
+    { schema: { summary: 'Remove a file, symlink or directory tree', querystring: S.PathQuery, response: { 200: S.Removed, ...S.errors(400) } } },
+    async (request) => removeEntry(checkPath(request.query.path, 'path')),
+  );
+
+  app.get(
+    '/exists',
+    { schema: { summary: 'Whether anything (even a dangling symlink) is at a path', querystring: S.PathQuery, response: { 200: S.Exists, ...S.errors(400) } } },
+    async (request) => {
+      const path = checkPath(request.query.path, 'path');
+      try {
+        await lstat(path);
+        return { exists: true };
+      } catch (error) {
+        const code = (error as NodeJS.ErrnoException).code;
+        if (code === 'ENOENT' || code === 'ENOTDIR') return { exists: false };
+        throw errnoToHttpError(error, path);
+      }
+    },
+  );
+
+  app.get(
+    '/info',
+    { schema: { summary: 'Describe a file, directory or symlink (not followed)', querystring: S.PathQuery, response: { 200: S.Entry, ...S.errors(400, 404) } } },
+    async (request) => describeEntry(checkPath(request.query.path, 'path'), await readOwnerNames()),
+  );
+
+  app.get(
+    '/list',
+    { schema: { summary: 'List a directory down to `depth` levels', querystring: S.ListQuery, response: { 200: S.EntryList, ...S.errors(400, 404, 413) } } },
+    async (request) => ({ entries: await listDirectory(checkPath(request.query.path, 'path'), request.query.depth ?? 1) }),
+  );
+
+  app.post(
+    '/rename',
+    { schema: { summary: 'Move or rename; creates the parents of `to`', body: S.RenameBody, response: { 200: S.Entry, ...S.errors(400, 404, 409) } } },
+    async (request) => {
+      const from = checkPath(request.body.from, 'from');
+      const to = checkPath(request.body.to, 'to');
+      return moveEntry(from, to, await resolveOwner(state, undefined));
+    },
+  );
+
+  app.post(
+    '/mkdir',
+    { schema: { summary: 'Create a directory with its parents', body: S.MkdirBody, response: { 200: S.Made, ...S.errors(400, 409) } } },
+    async (request) => {
+      const path = checkPath(request.body.path, 'path');
+      return makeDirectory(path, await resolveOwner(state, request.body.username));
+    },
+  );
+
+  app.post(
+    '/watch',
+    {
+      schema: {
+        summary: 'Watch a directory: text/event-stream of ready, then change events',
+        body: S.WatchBody,
+        produces: ['text/event-stream'],
+        response: S.errors(400, 404, 503),
+      },
+    },
+    async (request, reply) => {
+      const path = checkPath(request.body.path, 'path');
+      // Errors up to here (and while arming) are plain JSON answers; after hijack the stream owns the socket.
+      const watcher = await armWatch(path, request.body.recursive ?? false);
+      reply.hijack();
+      await streamWatch(watcher, path, request.raw, reply.raw, request.log);
+    },
+  );
+};

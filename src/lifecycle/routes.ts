@@ -1,20 +1,73 @@
-import { Type } from '@sinclair/typebox';
+import { Type, type Static } from '@sinclair/typebox';
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import type { ProcessRegistry } from '../commands/registry.js';
 import type { Config } from '../config.js';
 import type { SandboxState } from '../sandbox-state.js';
 import { VERSION } from '../version.js';
+import { ClockSync, setSystemClock, type ClockSetter } from './clock.js';
+import { applyInit, validateInit } from './init.js';
+import { MetricsReader } from './metrics.js';
+import { EnvsSchema, HealthSchema, InitBody, MetricsSchema, OpenApiSchema } from './schemas.js';
 
 export interface LifecycleRoutesOptions {
   config: Config;
   state: SandboxState;
   processes: ProcessRegistry;
+  /** Sets the system clock on /init; the real `date -s` unless a test injects its own. */
+  setClock?: ClockSetter;
 }
 
-const Health = Type.Object({ status: Type.Literal('ok'), version: Type.String() });
+export const lifecycleRoutes: FastifyPluginAsyncTypebox<LifecycleRoutesOptions> = async (app, { state, processes, setClock = setSystemClock }) => {
+  const log = app.log.child({ feature: 'lifecycle' });
+  const clock = new ClockSync(setClock, log);
+  const metrics = new MetricsReader(() => processes.size);
 
-export const lifecycleRoutes: FastifyPluginAsyncTypebox<LifecycleRoutesOptions> = async (app) => {
   // Polled every few milliseconds during boot and resume: no disk, no process work.
   const health = { status: 'ok' as const, version: VERSION };
-  app.get('/health', { config: { auth: 'public' }, schema: { summary: 'Liveness and version', security: [], response: { 200: Health } } }, async () => health);
+  app.get('/health', { config: { auth: 'public' }, schema: { summary: 'Liveness and version', security: [], response: { 200: HealthSchema } } }, async () => health);
+
+  app.post(
+    '/init',
+    {
+      config: { auth: 'init' },
+      // A call with no body at all means "change nothing" (e.g. only to check the token), like `{}`.
+      preValidation: async (request) => {
+        if (request.body === undefined) request.body = {};
+      },
+      schema: {
+        summary: 'Set the token, sandbox envs, defaults and clock (create, resume, restore, fork)',
+        description: 'Open while no token is set; afterwards it needs the current token. Idempotent. All fields are checked before any is applied.',
+        body: InitBody,
+        response: { 204: Type.Null({ description: 'Applied' }) },
+      },
+    },
+    async (request, reply) => {
+      const plan = await validateInit(request.body);
+      // From here to the end of this block nothing awaits: the whole plan lands at once.
+      applyInit(state, plan);
+      const sync = plan.timestampMs === undefined ? undefined : clock.sync(plan.timestampMs);
+      log.info(
+        {
+          token: plan.accessToken === undefined ? 'kept' : 'replaced',
+          envs: plan.envs === undefined ? 'kept' : Object.keys(plan.envs).length,
+          defaultUser: state.defaultUser,
+          defaultWorkdir: state.defaultWorkdir,
+          clock: sync?.decision,
+        },
+        'initialised',
+      );
+      // Answer once the clock is right, so the orchestrator's next call already sees the corrected time.
+      await sync?.done;
+      return reply.code(204).send(null);
+    },
+  );
+
+  app.get('/envs', { schema: { summary: 'The sandbox envs set by /init (never the token)', response: { 200: EnvsSchema } } }, async () => state.envs);
+
+  app.get('/metrics', { schema: { summary: 'CPU, memory, disk and envd figures', response: { 200: MetricsSchema } } }, async () => metrics.read());
+
+  app.get('/openapi.json', { schema: { summary: 'This API as an OpenAPI 3 document, generated from the route schemas', response: { 200: OpenApiSchema } } }, async () =>
+    // Generated once from every route's schema, then cached by @fastify/swagger.
+    app.swagger() as unknown as Static<typeof OpenApiSchema>,
+  );
 };

@@ -1,6 +1,10 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { readdirSync, readFileSync, readlinkSync } from 'node:fs';
 import { createInterface } from 'node:readline';
+import pkg from '../../package.json' with { type: 'json' };
+
+/** The V8 flags envd is deployed with (package.json "envd.nodeFlags"), so measurements match production. */
+export const ENVD_NODE_FLAGS: string[] = pkg.envd.nodeFlags;
 
 /** Open file descriptors of a process (this one by default). */
 export function countFds(pid: number | 'self' = 'self'): number {
@@ -75,7 +79,7 @@ export interface EnvdProcess {
 
 /** Runs the built bundle as its own process and waits until it listens. */
 export async function startEnvdProcess(args: string[] = [], env: NodeJS.ProcessEnv = {}, cwd?: string, script = `${process.cwd()}/dist/envd.js`): Promise<EnvdProcess> {
-  const child = spawn(process.execPath, [script, '--host', '127.0.0.1', '--port', '0', ...args], {
+  const child = spawn(process.execPath, [...ENVD_NODE_FLAGS, script, '--host', '127.0.0.1', '--port', '0', ...args], {
     cwd,
     env: { PATH: process.env.PATH, ...env },
     stdio: ['ignore', 'pipe', 'inherit'],

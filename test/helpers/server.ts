@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import { Writable } from 'node:stream';
-import { buildApp, type App } from '../../src/app.js';
+import { buildApp, type App, type AppDeps } from '../../src/app.js';
 import { DEFAULT_MAX_OUTPUT_BYTES, type Config } from '../../src/config.js';
 import { createLogger } from '../../src/logger.js';
 
@@ -30,8 +30,8 @@ export function testConfig(overrides: Partial<Config> = {}): Config {
   };
 }
 
-/** A real envd listening on 127.0.0.1 on a free port, in this process. */
-export async function startServer(overrides: Partial<Config> = {}): Promise<TestServer> {
+/** A real envd listening on 127.0.0.1 on a free port, in this process. `deps` injects e.g. a fake clock setter. */
+export async function startServer(overrides: Partial<Config> = {}, deps: Pick<AppDeps, 'setClock'> = {}): Promise<TestServer> {
   const token = 'accessToken' in overrides ? overrides.accessToken : randomBytes(16).toString('hex');
   const logs: string[] = [];
   const sink = new Writable({
@@ -41,7 +41,7 @@ export async function startServer(overrides: Partial<Config> = {}): Promise<Test
     },
   });
   const config = testConfig({ ...overrides, accessToken: token });
-  const app = await buildApp({ config, logger: createLogger(config.logLevel, sink) });
+  const app = await buildApp({ ...deps, config, logger: createLogger(config.logLevel, sink) });
   await app.listen({ host: '127.0.0.1', port: 0 });
   const address = app.server.address();
   if (!address || typeof address === 'string') throw new Error('no address');

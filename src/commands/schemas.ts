@@ -1,0 +1,85 @@
+import { Type, type Static } from '@sinclair/typebox';
+
+/** setTimeout holds at most 2^31-1 ms; a longer timeout would fire at once, so it is refused instead. */
+export const MAX_TIMEOUT_SECONDS = Math.floor((2 ** 31 - 1) / 1000);
+
+export const SIGNALS = ['SIGTERM', 'SIGINT', 'SIGHUP', 'SIGQUIT', 'SIGKILL', 'SIGUSR1', 'SIGUSR2', 'SIGSTOP', 'SIGCONT'] as const;
+
+export const ErrorSchema = Type.Object({ message: Type.String() }, { description: 'Every error answer' });
+
+const commandFields = {
+  cmd: Type.String({ minLength: 1, description: 'Run as `bash -l -c <cmd>` (or `sh -l -c` where bash is absent)' }),
+  cwd: Type.Optional(Type.String({ minLength: 1, description: 'Absolute working directory; default: default_workdir, else the user\'s home' })),
+  envs: Type.Optional(Type.Record(Type.String(), Type.String(), { description: 'Merged over the sandbox envs for this command only' })),
+  timeout: Type.Optional(Type.Number({ minimum: 0, maximum: MAX_TIMEOUT_SECONDS, description: 'Seconds; 0 or absent means none. On expiry the whole tree gets SIGKILL' })),
+  user: Type.Optional(Type.String({ minLength: 1, description: 'Unix user; default: default_user' })),
+};
+
+export const StartBody = Type.Object(
+  {
+    ...commandFields,
+    background: Type.Optional(Type.Boolean({ default: false, description: 'true answers { pid } at once' })),
+    stdin: Type.Optional(Type.Boolean({ default: false, description: 'Reserve a stdin pipe; otherwise stdin is /dev/null' })),
+  },
+  { additionalProperties: false },
+);
+export type StartBody = Static<typeof StartBody>;
+
+export const StreamBody = Type.Object(commandFields, { additionalProperties: false });
+export type StreamBody = Static<typeof StreamBody>;
+
+export const CommandResult = Type.Object({
+  stdout: Type.String(),
+  stderr: Type.String(),
+  exit_code: Type.Integer({ description: '124 on timeout; 128 + n when signal n ended the shell' }),
+  timed_out: Type.Optional(Type.Literal(true)),
+  signal: Type.Optional(Type.String({ description: 'The signal that ended the shell, e.g. "SIGKILL"' })),
+  stdout_truncated: Type.Optional(Type.Literal(true)),
+  stderr_truncated: Type.Optional(Type.Literal(true)),
+});
+export type CommandResult = Static<typeof CommandResult>;
+
+/** How a command ended: the `exit` event, and the non-output part of a CommandResult. */
+export const ExitInfo = Type.Object({
+  exit_code: Type.Integer(),
+  timed_out: Type.Optional(Type.Literal(true)),
+  signal: Type.Optional(Type.String()),
+});
+export type ExitInfo = Static<typeof ExitInfo>;
+
+export const BackgroundStarted = Type.Object({ pid: Type.Integer() });
+
+export const ProcessInfo = Type.Object({
+  pid: Type.Integer(),
+  cmd: Type.String(),
+  cwd: Type.String(),
+  user: Type.String(),
+  background: Type.Boolean(),
+  stdin: Type.Boolean({ description: 'Whether a stdin pipe was reserved' }),
+  started_at: Type.String({ format: 'date-time' }),
+  running: Type.Boolean(),
+  exit_code: Type.Optional(Type.Integer()),
+});
+export type ProcessInfo = Static<typeof ProcessInfo>;
+
+export const ProcessList = Type.Object({ processes: Type.Array(ProcessInfo) });
+
+// A string pattern, not Type.Integer: path params are coerced, and the coercion
+// would turn "0x10" into 16 and "1e99" into a huge "integer". Linux pids have
+// at most 7 digits (pid_max <= 2^22).
+export const PidParams = Type.Object({
+  pid: Type.String({ pattern: '^[1-9][0-9]{0,6}$', description: 'The shell\'s OS pid, a decimal integer' }),
+});
+
+// A plain enum rather than a union of literals, so a bad value gets one clear
+// message ("must be equal to one of the allowed values") instead of anyOf noise.
+export type SignalName = (typeof SIGNALS)[number];
+const SignalName = Type.Unsafe<SignalName>(Type.String({ enum: [...SIGNALS] }));
+export const SignalBody = Type.Object({ signal: SignalName }, { additionalProperties: false });
+export type SignalBody = Static<typeof SignalBody>;
+
+export const StdinBody = Type.Object({ data: Type.String() }, { additionalProperties: false });
+export type StdinBody = Static<typeof StdinBody>;
+
+export const Empty = Type.Object({});
+export const Killed = Type.Object({ killed: Type.Boolean() });

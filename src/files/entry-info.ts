@@ -1,0 +1,71 @@
+import type { Stats } from 'node:fs';
+import { lstat, readlink } from 'node:fs/promises';
+import { basename } from 'node:path';
+import { errnoToHttpError } from '../errors.js';
+import type { OwnerNames } from './owner-names.js';
+
+export interface EntryInfo {
+  name: string;
+  path: string;
+  type: 'file' | 'dir' | 'symlink';
+  size: number;
+  mode: number;
+  permissions: string;
+  owner: string;
+  group: string;
+  modified_at: string;
+  symlink_target?: string;
+}
+
+/**
+ * `type` has three values in the contract; sockets, fifos and devices are
+ * reported as "file" (the `permissions` string's first letter tells them apart).
+ */
+function typeOf(stats: Stats): EntryInfo['type'] {
+  if (stats.isSymbolicLink()) return 'symlink';
+  if (stats.isDirectory()) return 'dir';
+  return 'file';
+}
+
+function typeLetter(stats: Stats): string {
+  if (stats.isDirectory()) return 'd';
+  if (stats.isSymbolicLink()) return 'l';
+  if (stats.isCharacterDevice()) return 'c';
+  if (stats.isBlockDevice()) return 'b';
+  if (stats.isFIFO()) return 'p';
+  if (stats.isSocket()) return 's';
+  return '-';
+}
+
+/** `ls -l` style: `drwxr-xr-x`, with setuid/setgid/sticky shown as s/S, s/S, t/T. */
+export function formatPermissions(stats: Stats): string {
+  const m = stats.mode;
+  const triplet = (shift: number, special: number, on: string, off: string) => {
+    const x = (m >> shift) & 1;
+    const exec = m & special ? (x ? on : off) : x ? 'x' : '-';
+    return ((m >> (shift + 2)) & 1 ? 'r' : '-') + ((m >> (shift + 1)) & 1 ? 'w' : '-') + exec;
+  };
+  return typeLetter(stats) + triplet(6, 0o4000, 's', 'S') + triplet(3, 0o2000, 's', 'S') + triplet(0, 0o1000, 't', 'T');
+}
+
+/** Describes what is at `path` without following a final symlink. */
+export async function describeEntry(path: string, names: OwnerNames, stats?: Stats): Promise<EntryInfo> {
+  try {
+    stats ??= await lstat(path);
+    const entry: EntryInfo = {
+      name: basename(path) || '/',
+      path,
+      type: typeOf(stats),
+      size: stats.isDirectory() ? 0 : stats.size,
+      mode: stats.mode & 0o7777,
+      permissions: formatPermissions(stats),
+      owner: names.user(stats.uid),
+      group: names.group(stats.gid),
+      modified_at: stats.mtime.toISOString(),
+    };
+    if (stats.isSymbolicLink()) entry.symlink_target = await readlink(path);
+    return entry;
+  } catch (error) {
+    throw errnoToHttpError(error, path);
+  }
+}

@@ -1,0 +1,57 @@
+import { Type, type Static } from '@sinclair/typebox';
+
+export const ErrorSchema = Type.Object({ message: Type.String() });
+
+const PathField = Type.String({ description: 'absolute path' });
+const Username = Type.String({ description: 'owner of created files and directories; default: default_user' });
+export const Encoding = Type.Union([Type.Literal('utf8'), Type.Literal('base64')], { default: 'utf8' });
+
+export const PathQuery = Type.Object({ path: PathField });
+export const UploadQuery = Type.Object({ path: PathField, username: Type.Optional(Username) });
+export const ReadQuery = Type.Object({ path: PathField, encoding: Type.Optional(Encoding) });
+
+/** Deeper than this a listing is refused: a bound on work and memory, deep enough for any real tree. */
+export const MAX_LIST_DEPTH = 32;
+export const ListQuery = Type.Object({ path: PathField, depth: Type.Optional(Type.Integer({ minimum: 1, maximum: MAX_LIST_DEPTH, default: 1 })) });
+
+export const WriteBody = Type.Object(
+  { path: PathField, data: Type.String(), encoding: Type.Optional(Encoding), username: Type.Optional(Username) },
+  { additionalProperties: false },
+);
+export const BatchBody = Type.Object(
+  {
+    files: Type.Array(Type.Object({ path: PathField, data: Type.String(), encoding: Type.Optional(Encoding) }, { additionalProperties: false })),
+    username: Type.Optional(Username),
+  },
+  { additionalProperties: false },
+);
+export const RenameBody = Type.Object({ from: PathField, to: PathField }, { additionalProperties: false });
+export const MkdirBody = Type.Object({ path: PathField, username: Type.Optional(Username) }, { additionalProperties: false });
+export const WatchBody = Type.Object({ path: PathField, recursive: Type.Optional(Type.Boolean({ default: false })) }, { additionalProperties: false });
+
+export const Written = Type.Object({ path: Type.String(), size: Type.Integer() });
+export const BatchWritten = Type.Object({ files: Type.Array(Written) });
+export const FileContent = Type.Object({ path: Type.String(), data: Type.String(), encoding: Encoding, size: Type.Integer() });
+/** What GET /files/raw streams (documentation only: a stream is never serialised). */
+export const FileBytes = Type.Unknown({ description: 'the file bytes, application/octet-stream' });
+export const Exists = Type.Object({ exists: Type.Boolean() });
+export const Entry = Type.Object({
+  name: Type.String(),
+  path: Type.String(),
+  type: Type.Union([Type.Literal('file'), Type.Literal('dir'), Type.Literal('symlink')]),
+  size: Type.Integer(),
+  mode: Type.Integer({ description: 'permission bits, e.g. 420 for 0644' }),
+  permissions: Type.String({ description: 'ls -l style, e.g. -rw-r--r--' }),
+  owner: Type.String(),
+  group: Type.String(),
+  modified_at: Type.String({ format: 'date-time' }),
+  symlink_target: Type.Optional(Type.String()),
+});
+export const EntryList = Type.Object({ entries: Type.Array(Entry) });
+export const Made = Type.Object({ path: Type.String(), created: Type.Boolean() });
+export const Removed = Type.Object({ removed: Type.Boolean() });
+
+export type EncodingName = Static<typeof Encoding>;
+
+/** Error responses shared by the routes, so the OpenAPI document shows the `{ message }` shape. */
+export const errors = (...statuses: number[]) => Object.fromEntries(statuses.map((status) => [status, ErrorSchema]));

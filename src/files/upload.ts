@@ -1,0 +1,52 @@
+import type { IncomingHttpHeaders, IncomingMessage } from 'node:http';
+import { Transform } from 'node:stream';
+import { HttpError, badRequest } from '../errors.js';
+import { writeAtomically } from './atomic-write.js';
+import type { Owner } from './paths.js';
+
+/** Raw uploads above this are refused with 413 and nothing is written. */
+export const UPLOAD_LIMIT = 500 * 1024 * 1024;
+
+const tooLarge = () => new HttpError(413, `upload is larger than the limit of ${UPLOAD_LIMIT} bytes (500 MiB)`);
+
+/**
+ * Runs before the body is parsed: a wrong content type or a declared length
+ * over the limit is refused without reading a byte of the body.
+ */
+export function checkUploadHeaders(headers: IncomingHttpHeaders): void {
+  const type = headers['content-type']?.split(';')[0]?.trim().toLowerCase();
+  if (type !== 'application/octet-stream') {
+    throw badRequest(`content-type must be application/octet-stream, got ${JSON.stringify(headers['content-type'] ?? '(none)')}`);
+  }
+  const declared = headers['content-length'];
+  if (declared !== undefined && Number(declared) > UPLOAD_LIMIT) throw tooLarge();
+}
+
+/** Passes bytes through, failing with 413 the moment more than `limit` have gone by (chunked bodies declare no length). */
+export function limitBytes(limit: number): Transform {
+  let seen = 0;
+  return new Transform({
+    transform(chunk: Buffer, _encoding, done) {
+      seen += chunk.length;
+      if (seen > limit) done(tooLarge());
+      else done(null, chunk);
+    },
+  });
+}
+
+/**
+ * Streams the request body into a temporary file and renames it over the
+ * target. The body is read through `iterator({ destroyOnReturn: false })`:
+ * when the write fails (413, 507) the request is left open, so the error
+ * can still be answered; the rest of the body is then drained by Node and the
+ * connection closed (the caller sets `connection: close`).
+ */
+export async function receiveUpload(request: IncomingMessage, target: string, owner: Owner | undefined): Promise<{ path: string; size: number }> {
+  try {
+    return await writeAtomically(target, request.iterator({ destroyOnReturn: false }), owner, limitBytes(UPLOAD_LIMIT));
+  } catch (error) {
+    // The client went away mid-body: nobody reads this answer, and it is not envd's fault (no 500 in the logs).
+    if (request.destroyed && !request.complete) throw new HttpError(400, 'upload aborted by the client', { cause: error });
+    throw error;
+  }
+}

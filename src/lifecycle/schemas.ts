@@ -1,0 +1,55 @@
+import { Type, type TObject, type TString } from '@sinclair/typebox';
+
+/** The body of every error answer. */
+export const ErrorSchema = Type.Object({ message: Type.String() }, { additionalProperties: true });
+
+/** ErrorSchema with the description the OpenAPI document shows for one status. */
+export const errorResponse = (description: string): TObject<{ message: TString }> => ({ ...ErrorSchema, description });
+
+/** Upper bound for an access token: it must fit comfortably in an Authorization header. */
+export const MAX_TOKEN_LENGTH = 4096;
+
+// Visible ASCII only: a token with a space or a non-ASCII character could never be sent back in
+// `Authorization: Bearer <token>`, and setting one would lock the orchestrator out of the sandbox.
+const TOKEN_PATTERN = '^[\\x21-\\x7E]+$';
+const ISO_8601 = '^\\d{4}-\\d{2}-\\d{2}T\\d{2}:\\d{2}:\\d{2}(\\.\\d+)?(Z|[+-]\\d{2}:\\d{2})$';
+
+export const EnvsSchema = Type.Record(Type.String(), Type.String(), { description: 'Sandbox environment variables' });
+
+export const InitBody = Type.Object(
+  {
+    access_token: Type.Optional(
+      Type.String({ minLength: 1, maxLength: MAX_TOKEN_LENGTH, pattern: TOKEN_PATTERN, description: 'New access token; replaces the current one at once' }),
+    ),
+    envs: Type.Optional({ ...EnvsSchema, description: 'Replaces the sandbox envs (no merge)' }),
+    default_user: Type.Optional(Type.String({ minLength: 1, description: 'Unix user for commands and file ownership when a request names none' })),
+    default_workdir: Type.Optional(Type.String({ minLength: 1, description: 'Absolute path of an existing directory' })),
+    timestamp: Type.Optional(
+      Type.String({ pattern: ISO_8601, description: "The host's current time, ISO 8601 (e.g. 2026-01-02T03:04:05.678Z)" }),
+    ),
+  },
+  { additionalProperties: false },
+);
+
+export const HealthSchema = Type.Object({ status: Type.Literal('ok'), version: Type.String() });
+
+export const MetricsSchema = Type.Object({
+  cpu_count: Type.Integer({ minimum: 1, description: 'CPUs listed in /proc/stat' }),
+  cpu_used_pct: Type.Number({ minimum: 0, maximum: 100, description: 'Busy share of all CPUs since the previous /metrics call (since boot on the first)' }),
+  mem_total_mib: Type.Integer({ minimum: 0, description: 'MemTotal from /proc/meminfo' }),
+  mem_used_mib: Type.Integer({ minimum: 0, description: 'MemTotal − MemAvailable' }),
+  disk_total_bytes: Type.Integer({ minimum: 0, description: 'Size of the file system holding /' }),
+  disk_used_bytes: Type.Integer({ minimum: 0, description: 'Blocks in use on /, as df counts them' }),
+  processes_tracked: Type.Integer({ minimum: 0, description: 'Commands envd tracks' }),
+  envd_rss_bytes: Type.Integer({ minimum: 0, description: "envd's resident set size" }),
+  uptime_s: Type.Number({ minimum: 0, description: 'System uptime from /proc/uptime' }),
+});
+
+export const OpenApiSchema = Type.Object(
+  {
+    openapi: Type.String(),
+    info: Type.Object({ title: Type.String(), version: Type.String() }, { additionalProperties: true }),
+    paths: Type.Record(Type.String(), Type.Unknown()),
+  },
+  { additionalProperties: true, description: 'An OpenAPI 3 document' },
+);

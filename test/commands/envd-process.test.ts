@@ -1,0 +1,122 @@
+import { randomBytes } from 'node:crypto';
+import { spawn } from 'node:child_process';
+import { readdirSync, readFileSync, readlinkSync } from 'node:fs';
+import { createInterface } from 'node:readline';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { findProcesses, rssBytes, startEnvdProcess, waitFor, type EnvdProcess } from '../helpers/proc.js';
+import { commandUser } from '../helpers/command-user.js';
+import { isRoot } from '../helpers/users.js';
+import { collectEvents, readEvents } from '../helpers/sse.js';
+
+const TOKEN = `secret-${randomBytes(8).toString('hex')}`;
+let envd: EnvdProcess;
+let fixture: Awaited<ReturnType<typeof commandUser>>;
+
+beforeAll(async () => {
+  fixture = await commandUser();
+  envd = await startEnvdProcess(['--default-user', fixture.user.name], { ENVD_ACCESS_TOKEN: TOKEN, ENVD_PRIVATE_SETTING: 'envd-only' });
+});
+afterAll(async () => {
+  await envd?.stop('SIGKILL');
+  fixture?.remove();
+});
+
+const call = (path: string, body: unknown, init: RequestInit = {}) =>
+  fetch(`${envd.url}${path}`, { method: 'POST', headers: { authorization: `Bearer ${TOKEN}`, 'content-type': 'application/json' }, body: JSON.stringify(body), ...init });
+
+/** dist/envd.js run as the fixture user (through setpriv when the tests run as root), so envd itself is not root. */
+async function startUnprivilegedEnvd(): Promise<{ url: string; stop(): void }> {
+  const args = [`${process.cwd()}/dist/envd.js`, '--host', '127.0.0.1', '--port', '0'];
+  const env = { PATH: process.env.PATH, ENVD_ACCESS_TOKEN: TOKEN };
+  const child = isRoot()
+    ? spawn('setpriv', [`--reuid=${fixture.user.uid}`, `--regid=${fixture.user.gid}`, '--init-groups', '--', process.execPath, ...args], { env, stdio: ['ignore', 'pipe', 'inherit'] })
+    : spawn(process.execPath, args, { env, stdio: ['ignore', 'pipe', 'inherit'] });
+  const url = await new Promise<string>((resolve, reject) => {
+    child.once('exit', (code) => reject(new Error(`envd exited with ${code}`)));
+    createInterface({ input: child.stdout! }).on('line', (line) => {
+      const match = /listening at (http:\/\/[\d.]+:\d+)/.exec(line);
+      if (match) resolve(match[1]!);
+    });
+  });
+  return { url, stop: () => child.kill('SIGKILL') };
+}
+
+describe('envd as its own process', () => {
+  it('without root, runs commands as its own user and refuses any other with 403', async () => {
+    const unprivileged = await startUnprivilegedEnvd();
+    try {
+      const post = (body: unknown) =>
+        fetch(`${unprivileged.url}/commands`, { method: 'POST', headers: { authorization: `Bearer ${TOKEN}`, 'content-type': 'application/json' }, body: JSON.stringify(body) });
+      const own = await post({ cmd: 'id -un' });
+      expect(await own.json()).toMatchObject({ stdout: `${fixture.user.name}\n`, exit_code: 0 });
+      const other = await post({ cmd: 'id -un', user: 'root' });
+      expect(other.status).toBe(403);
+      expect((await other.json()).message).toMatch(/cannot run commands as "root"/);
+    } finally {
+      unprivileged.stop();
+    }
+  });
+
+  it('never lets commands see ENVD_ACCESS_TOKEN or anything else of envd\'s environment', async () => {
+    const result = await (await call('/commands', { cmd: 'env; cat /proc/$$/environ | tr "\\0" "\\n"' })).json();
+    expect(result.exit_code).toBe(0);
+    expect(result.stdout).toContain('HOME=');
+    expect(result.stdout).not.toContain(TOKEN);
+    expect(result.stdout).not.toContain('ENVD_');
+  });
+
+  it('releases every pipe and socket after commands, streams and attachers come and go', async () => {
+    const pid = envd.child.pid!;
+    const before = countNonSocketFds(pid);
+    await Promise.all(Array.from({ length: 5 }, () => call('/commands', { cmd: 'echo x; echo y >&2' }).then((r) => r.json())));
+    for (let i = 0; i < 3; i++) await collectEvents(await call('/commands/stream', { cmd: 'echo streamed' }));
+    const { pid: bg } = await (await call('/commands', { cmd: 'read x; echo done', background: true, stdin: true })).json();
+    for (let i = 0; i < 3; i++) {
+      const abort = new AbortController();
+      const attach = await fetch(`${envd.url}/commands/${bg}/stream`, { headers: { authorization: `Bearer ${TOKEN}` }, signal: abort.signal });
+      await readEvents(attach).next();
+      abort.abort();
+    }
+    await call(`/commands/${bg}/stdin`, { data: '\n' });
+    await fetch(`${envd.url}/commands/${bg}/wait`, { headers: { authorization: `Bearer ${TOKEN}` } }).then((r) => r.json());
+    // Pipes and /dev/null handles are what a command could leak; sockets are left out because
+    // this test's fetch keeps its idle connections open for as long as envd's keep-alive allows.
+    await waitFor(() => countNonSocketFds(pid) <= before, 10_000, `envd's pipe fds to return to ${before}`);
+  });
+
+  it('a stalled stream reader blocks the command instead of growing envd\'s memory', async () => {
+    const suffix = randomBytes(4).toString('hex');
+    const marker = `envd-bp-${suffix}`;
+    const abort = new AbortController();
+    // 1 GB of output if nothing held it back; the writer is named by the marker.
+    const cmd = `export P=envd-bp- S=${suffix}; bash -c 'exec -a "$P$S" head -c 1000000000 /dev/zero'`;
+    const response = await call('/commands/stream', { cmd }, { signal: abort.signal });
+    const events = readEvents(response);
+    await events.next(); // start
+    await events.next(); // first output: the command is writing
+    const before = rssBytes(envd.child.pid!);
+    // Not reading any more: give the command time to push as much as it can.
+    await new Promise((r) => setTimeout(r, 2_000));
+    const after = rssBytes(envd.child.pid!);
+    expect(after - before).toBeLessThan(16 * 1024 * 1024);
+    // The writer is still there, held back by its pipe: it wrote a small part of its gigabyte.
+    const [writer] = findProcesses(marker);
+    expect(writer).toBeDefined();
+    const written = Number(/wchar: (\d+)/.exec(readFileSync(`/proc/${writer}/io`, 'utf8'))![1]);
+    expect(written).toBeLessThan(64 * 1024 * 1024);
+    abort.abort();
+    await waitFor(() => findProcesses(marker).length === 0, 5_000, 'the writer to be killed');
+  });
+});
+
+function countNonSocketFds(pid: number): number {
+  let count = 0;
+  for (const fd of readdirSync(`/proc/${pid}/fd`)) {
+    try {
+      if (!readlinkSync(`/proc/${pid}/fd/${fd}`).startsWith('socket:')) count++;
+    } catch {
+      // closed while we looked
+    }
+  }
+  return count;
+}
