@@ -31,6 +31,7 @@ const ERRNO_STATUS: Record<string, { status: number; text: string }> = {
   EXDEV: { status: 400, text: 'cannot move across file systems' },
   EMFILE: { status: 503, text: 'too many open files in envd; retry shortly' },
   ENFILE: { status: 503, text: 'too many open files in the system; retry shortly' },
+  EAGAIN: { status: 503, text: 'resource temporarily unavailable (process or memory limit); retry shortly' },
 };
 
 /**

@@ -1,8 +1,9 @@
-import { execa, type ResultPromise } from 'execa';
+import { spawn, type ChildProcessByStdio } from 'node:child_process';
+import { once } from 'node:events';
 import { accessSync, constants } from 'node:fs';
 import { stat } from 'node:fs/promises';
 import { isAbsolute } from 'node:path';
-import { badRequest, HttpError } from '../errors.js';
+import { badRequest, errnoToHttpError, HttpError } from '../errors.js';
 import type { SandboxState } from '../sandbox-state.js';
 import { resolveUser, type UnixUser } from '../users.js';
 
@@ -97,36 +98,32 @@ function existsExecutable(path: string): boolean {
   }
 }
 
-export type Subprocess = ResultPromise<typeof SPAWN_OPTIONS & { stdin: 'pipe' | 'ignore' }>;
-
-const SPAWN_OPTIONS = {
-  buffer: false,
-  reject: false,
-  // envd's own exit is handled by killAll(); execa must not kill on its own.
-  cleanup: false,
-  stripFinalNewline: false,
-  encoding: 'buffer',
-  // The shell leads a new session and process group, so one kill reaches all it starts.
-  detached: true,
-  // Never inherit envd's environment (its token, its settings).
-  extendEnv: false,
-} as const;
+export type Subprocess = ChildProcessByStdio<import('node:stream').Writable | null, import('node:stream').Readable, import('node:stream').Readable>;
 
 /**
- * Starts the prepared command; throws if the OS refused to create the process.
- * The subprocess is wrapped because it is a thenable: returned bare from an
- * async function it would be awaited, i.e. run to completion.
+ * Starts the prepared command; throws if the OS refused to create the process
+ * (EMFILE/ENFILE/EAGAIN become 503: envd is out of descriptors or processes
+ * for the moment, and the caller may retry).
+ *
+ * node:child_process rather than execa: execa 9 iterates `subprocess.stdio`
+ * before it attaches its error listener, and Node leaves that undefined when
+ * spawn fails (EMFILE), so the ChildProcess 'error' went unhandled and took
+ * envd down (found by the fd-exhaustion stress test). Here the listener is
+ * attached before anything else can throw.
+
  */
 export async function startCommand(prepared: PreparedCommand): Promise<{ subprocess: Subprocess }> {
-  const subprocess = execa(prepared.file, prepared.args, {
-    ...SPAWN_OPTIONS,
+  const subprocess = spawn(prepared.file, prepared.args, {
     cwd: prepared.cwd,
     env: prepared.env,
-    stdin: prepared.stdin ? 'pipe' : 'ignore',
+    // The shell leads a new session and process group, so one kill reaches all it starts.
+    detached: true,
+    stdio: [prepared.stdin ? 'pipe' : 'ignore', 'pipe', 'pipe'],
   }) as Subprocess;
   if (subprocess.pid === undefined) {
-    const { cause } = await subprocess;
-    throw new HttpError(500, 'the command could not be started', { cause });
+    const [cause] = (await once(subprocess, 'error')) as [NodeJS.ErrnoException];
+    const mapped = errnoToHttpError(cause, 'starting the command');
+    throw mapped instanceof HttpError ? mapped : new HttpError(500, 'the command could not be started', { cause });
   }
   return { subprocess };
 }

@@ -84,8 +84,8 @@ export class TrackedProcess {
     this.openStreams = this.streams.length;
     // EPIPE when the command stops reading; writeStdin reports it through its callback.
     subprocess.stdin?.on('error', () => {});
-    // reject: false makes execa resolve on failure; this only keeps a surprise from being unhandled.
-    subprocess.catch((error: unknown) => this.logger.warn({ err: error, pid: this.pid }, 'execa reported an error'));
+    // After a successful spawn only kill() can fail here; an unhandled 'error' would end envd.
+    subprocess.on('error', (error: unknown) => this.logger.warn({ err: error, pid: this.pid }, 'child process error'));
     subprocess.once('exit', (code, signal) => this.onShellExit(code, signal));
 
     if (options.timeoutMs > 0) {

@@ -1,0 +1,143 @@
+import { createHash, randomBytes } from 'node:crypto';
+import { expect, it } from 'vitest';
+import { collectEvents, readEvents } from '../helpers/sse.js';
+import { run, waitForHealth, type EnvdClient } from './client.js';
+
+const UPLOAD_BYTES = 100 * 1024 * 1024;
+
+/**
+ * The steps a control plane takes against a freshly booted guest, registered as one `it`
+ * each so a report shows which route works inside the guest and which does not.
+ * `guest()` is read when a step runs, after the describe's beforeAll booted the machine.
+ */
+export function registerScenario(guest: () => { client: EnvdClient; name: string }, token: string): void {
+  it('answers /health without a token', async () => {
+    const { status, body } = await guest().client.json('GET', '/health');
+    expect(status).toBe(200);
+    expect(body.status).toBe('ok');
+  });
+
+  it('accepts /init with a token and envs, then refuses a wrong token', async () => {
+    const { client } = guest();
+    client.token = token;
+    const init = await client.call('POST', '/init', { access_token: token, envs: { GREETING: 'hello from the host' }, default_user: 'user', timestamp: new Date().toISOString() });
+    expect(init.status).toBe(204);
+    const wrong = await client.call('GET', '/envs', undefined, { headers: { authorization: 'Bearer not-the-token' } });
+    expect(wrong.status).toBe(401);
+  });
+
+  it('runs a command as the default user with the sandbox envs', async () => {
+    const result = await run(guest().client, 'id -un; echo "$GREETING"; pwd');
+    expect(result).toMatchObject({ exit_code: 0, stdout: 'user\nhello from the host\n/home/user\n' });
+  });
+
+  it('runs a command as root when asked', async () => {
+    const result = await run(guest().client, 'id -u', { user: 'root' });
+    expect(result.stdout).toBe('0\n');
+  });
+
+  it('streams a command as server-sent events: start, stdout, exit', async () => {
+    const response = await guest().client.call('POST', '/commands/stream', { cmd: 'for i in 1 2 3; do echo line$i; done; echo oops >&2; exit 3' });
+    expect(response.status).toBe(200);
+    const events = await collectEvents(response);
+    expect(events[0]!.event).toBe('start');
+    expect(events.filter((e) => e.event === 'stdout').map((e) => e.data.data).join('')).toBe('line1\nline2\nline3\n');
+    expect(events.filter((e) => e.event === 'stderr').map((e) => e.data.data).join('')).toBe('oops\n');
+    expect(events.at(-1)).toMatchObject({ event: 'exit', data: { exit_code: 3 } });
+  });
+
+  let uploaded = '';
+  it('uploads 100 MiB and downloads the same bytes', async () => {
+    const { client, name } = guest();
+    const data = randomBytes(UPLOAD_BYTES);
+    uploaded = createHash('sha256').update(data).digest('hex');
+    const started = Date.now();
+    const upload = await client.call('PUT', '/files/raw?path=/home/user/big.bin', undefined, {
+      headers: { 'content-type': 'application/octet-stream' },
+      body: data,
+    });
+    expect(upload.status).toBe(200);
+    expect(await upload.json()).toMatchObject({ path: '/home/user/big.bin', size: UPLOAD_BYTES });
+    const uploadMs = Date.now() - started;
+
+    const download = await client.call('GET', '/files/raw?path=/home/user/big.bin');
+    expect(download.status).toBe(200);
+    const hash = createHash('sha256');
+    for await (const chunk of download.body!) hash.update(chunk);
+    expect(hash.digest('hex')).toBe(uploaded);
+    console.log(`${name}: 100 MiB upload ${uploadMs} ms, download ${Date.now() - started - uploadMs} ms`);
+  });
+
+  it('has the uploaded file whole on the guest disk, owned by the default user', async () => {
+    expect(uploaded, 'the upload step did not run').not.toBe('');
+    const inGuest = await run(guest().client, 'sha256sum /home/user/big.bin; stat -c %U /home/user/big.bin');
+    expect(inGuest.stdout).toBe(`${uploaded}  /home/user/big.bin\nuser\n`);
+    expect((await guest().client.json('DELETE', '/files?path=/home/user/big.bin')).body).toEqual({ removed: true });
+  });
+
+  it('reports a file created in a watched directory', async () => {
+    const { client } = guest();
+    expect((await client.json('POST', '/files/mkdir', { path: '/home/user/watched' })).status).toBe(200);
+    const abort = new AbortController();
+    const response = await client.call('POST', '/files/watch', { path: '/home/user/watched' }, { signal: abort.signal });
+    expect(response.status).toBe(200);
+    const events = readEvents(response);
+    try {
+      expect((await events.next()).value).toMatchObject({ event: 'ready' });
+      const write = await client.call('PUT', '/files/raw?path=/home/user/watched/new.txt', undefined, {
+        headers: { 'content-type': 'application/octet-stream' },
+        body: 'hi\n',
+      });
+      expect(write.status).toBe(200);
+      for (;;) {
+        const { value, done } = await events.next();
+        expect(done).toBeFalsy();
+        if (value!.event === 'change' && value!.data.path === '/home/user/watched/new.txt') break;
+      }
+    } finally {
+      abort.abort();
+    }
+  });
+
+  it('kills a background command and forgets it', async () => {
+    const { client } = guest();
+    const started = await client.json('POST', '/commands', { cmd: 'sleep 600', background: true });
+    expect(started.status).toBe(200);
+    const { pid } = started.body;
+    expect((await client.json('DELETE', `/commands/${pid}`)).body).toEqual({ killed: true });
+    expect((await run(client, `test -e /proc/${pid} && echo alive || echo gone`)).stdout).toBe('gone\n');
+    expect((await client.json('DELETE', `/commands/${pid}`)).body).toEqual({ killed: false });
+  });
+
+  it('comes back after kill -9 while a command started before keeps running', async () => {
+    const { client, name } = guest();
+    const survivor = await client.json('POST', '/commands', { cmd: 'sleep 900', background: true });
+    expect(survivor.status).toBe(200);
+    const before = (await run(client, 'pidof envd', { user: 'root' })).stdout.trim();
+    // Detached from envd's process group and delayed, so envd answers before it dies.
+    await client.json('POST', '/commands', { cmd: 'sleep 1; kill -9 $(pidof envd)', user: 'root', background: true });
+
+    let downAt = 0;
+    const deadline = Date.now() + 30_000;
+    while (downAt === 0 && Date.now() < deadline) {
+      try {
+        await fetch(`${client.url}/health`, { signal: AbortSignal.timeout(500) });
+      } catch {
+        downAt = Date.now();
+      }
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    expect(downAt, 'envd never went down').toBeGreaterThan(0);
+    const backMs = await waitForHealth(client.url, 30_000);
+    console.log(`${name}: envd back ${backMs} ms after kill -9 (systemd Restart=always, RestartSec=200ms)`);
+
+    // A restarted envd has no token in memory: the orchestrator initialises it again.
+    const init = await client.call('POST', '/init', { access_token: token, envs: { GREETING: 'hello again' } });
+    expect(init.status).toBe(204);
+    const after = await run(client, `pidof envd; test -d /proc/${survivor.body.pid} && echo survivor-running`, { user: 'root' });
+    expect(after.stdout).toMatch(/^\d+\nsurvivor-running\n$/);
+    expect(after.stdout.split('\n')[0]).not.toBe(before);
+    await run(client, `kill ${survivor.body.pid}`, { user: 'root' });
+    if (name === 'nspawn') expect(backMs).toBeLessThan(2_000);
+  });
+}
