@@ -22,6 +22,12 @@ function leftoverTemps(dir: string): string[] {
   return found;
 }
 
+async function readOneChunkThenCancel(response: Response): Promise<void> {
+  const reader = response.body!.getReader();
+  await reader.read();
+  await reader.cancel();
+}
+
 /** Starts a raw upload, sends part of the body, then cuts the connection. */
 function abortedUpload(url: string, token: string, path: string, sent: number): Promise<void> {
   return new Promise((resolve) => {
@@ -47,8 +53,7 @@ describe('faults', () => {
     for (let round = 0; round < 5; round++) {
       await abortedUpload(target.url, target.token, file, 4 * MiB);
       const download = await target.call('GET', `/files/raw?path=${target.dir}/abort/big.bin`);
-      await download.body!.getReader().read();
-      await download.body!.cancel();
+      await readOneChunkThenCancel(download);
       const stream = new AbortController();
       const streamed = await target.call('POST', '/commands/stream', { cmd: `yes ${marker}` }, { signal: stream.signal });
       await streamed.body!.getReader().read();
@@ -97,7 +102,9 @@ describe('faults', () => {
 
   it('answers fd exhaustion with a clear error and recovers', async () => {
     const limit = target.fds() + 40;
-    execFileSync('prlimit', ['--pid', String(target.pid), `--nofile=${limit}:${limit}`]);
+    const soft = execFileSync('prlimit', ['--pid', String(target.pid), '--nofile', '--output=SOFT', '--noheadings'], { encoding: 'utf8' }).trim();
+    // Only the soft limit moves, so it can be put back.
+    execFileSync('prlimit', ['--pid', String(target.pid), `--nofile=${limit}:`]);
     const statuses = new Map<string, number>();
     const open: AbortController[] = [];
     const pids: number[] = [];
@@ -126,7 +133,7 @@ describe('faults', () => {
     }
     for (const controller of open) controller.abort();
     for (const pid of pids) await target.call('DELETE', `/commands/${pid}`).catch(() => undefined);
-    execFileSync('prlimit', ['--pid', String(target.pid), '--nofile=65536:65536']);
+    execFileSync('prlimit', ['--pid', String(target.pid), `--nofile=${soft}:`]);
     const after = await target.call('POST', '/commands', { cmd: 'echo recovered' });
     report('fd exhaustion', { limit, started: pids.length, statuses: JSON.stringify(Object.fromEntries(statuses)) });
     expect([...statuses.keys()].some((s) => s !== '200')).toBe(true);
@@ -140,7 +147,7 @@ describe('faults', () => {
 
   it('finishes a command that forks a daemon, and the daemon lives on', async () => {
     const marker = `daemon-${randomBytes(4).toString('hex')}`;
-    const response = await target.call('POST', '/commands', { cmd: `(setsid sleep 300 ${marker} &) ; echo started` }, { signal: AbortSignal.timeout(15_000) });
+    const response = await target.call('POST', '/commands', { cmd: `(setsid bash -c 'sleep 300; : ${marker}' &) ; echo started` }, { signal: AbortSignal.timeout(15_000) });
     expect(await response.json()).toMatchObject({ stdout: 'started\n', exit_code: 0 });
     const daemons = findProcesses(marker);
     expect(daemons.length).toBe(1);

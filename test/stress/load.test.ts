@@ -6,7 +6,7 @@ import { MiB, report, settleFds, startStressEnvd, type StressEnvd } from './harn
 const DURATION_S = Number(process.env.STRESS_LOAD_SECONDS ?? 30);
 let target: StressEnvd;
 beforeAll(async () => {
-  target = await startStressEnvd(['--log-level', 'warn']);
+  target = await startStressEnvd();
 });
 afterAll(async () => target?.stop());
 
