@@ -72,6 +72,9 @@ export async function startStressEnvd(args: string[] = []): Promise<StressEnvd> 
       await envd.stop();
       rmSync(dir, { recursive: true, force: true });
       user?.remove();
+      // Every scenario's logs, searched whole: the token must never be in them.
+      const leaked = envd.lines.filter((line) => line.includes(token)).length;
+      if (leaked > 0) throw new Error(`the access token appeared in ${leaked} log lines`);
     },
   };
 }
