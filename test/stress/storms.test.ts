@@ -1,0 +1,112 @@
+import { randomBytes } from 'node:crypto';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { countZombieChildren, findProcesses, waitFor } from '../helpers/proc.js';
+import { MiB, report, settleFds, startStressEnvd, type StressEnvd } from './harness.js';
+
+const CAP = 16 * MiB;
+let target: StressEnvd;
+beforeAll(async () => {
+  target = await startStressEnvd(['--max-output-bytes', String(CAP)]);
+  // Warm up, so the baseline is a serving envd's and not a cold one's.
+  for (let i = 0; i < 20; i++) await target.call('POST', '/commands', { cmd: 'true' });
+});
+afterAll(async () => target?.stop());
+
+async function inBatches<T>(count: number, width: number, task: (i: number) => Promise<T>): Promise<T[]> {
+  const results: T[] = [];
+  for (let start = 0; start < count; start += width) {
+    results.push(...(await Promise.all(Array.from({ length: Math.min(width, count - start) }, (_, j) => task(start + j)))));
+  }
+  return results;
+}
+
+describe('storms and bombs', () => {
+  it('starts and kills 1,000 background commands leaving no zombie, an empty registry and flat fds', async () => {
+    const fdsBefore = target.fds();
+    const rssBefore = target.rss();
+    const marker = `storm-${randomBytes(4).toString('hex')}`;
+    const answers = await inBatches(1000, 25, async () => {
+      const { status, json } = await target.once('POST', '/commands', JSON.stringify({ cmd: `sleep 60 # ${marker}`, background: true }));
+      return { status, body: json };
+    });
+    expect(answers.filter((a) => a.status !== 200)).toEqual([]);
+    const pids = answers.map((a) => a.body.pid as number);
+    expect(new Set(pids).size).toBe(1000);
+    const killed = await inBatches(1000, 25, async (i) => (await target.once('DELETE', `/commands/${pids[i]}`)).json.killed as boolean);
+    expect(killed.every(Boolean)).toBe(true);
+    await waitFor(() => findProcesses(marker).length === 0, 20_000, 'every storm command gone');
+    await waitFor(() => countZombieChildren(target.pid) === 0, 10_000, 'no zombies');
+    const listed = await (await target.call('GET', '/commands')).json();
+    expect(listed.processes).toEqual([]);
+    const fdsAfter = await settleFds(target, fdsBefore);
+    const rssAfter = target.rss();
+    report('1,000 commands', { fdsBefore, fdsAfter, rssBeforeMiB: rssBefore / MiB, rssAfterMiB: rssAfter / MiB, zombies: countZombieChildren(target.pid) });
+    expect(fdsAfter).toBeLessThanOrEqual(fdsBefore + 2);
+    expect(rssAfter - rssBefore).toBeLessThan(48 * MiB);
+  }, 240_000);
+
+  it('bounds envd\'s memory by the output cap for a yes nobody waits for and a foreground yes', async () => {
+    const rssBefore = target.rss();
+    const marker = `yes-${randomBytes(4).toString('hex')}`;
+    const { pid } = await (await target.call('POST', '/commands', { cmd: `yes ${marker}`, background: true })).json();
+    const foreground = await (await target.call('POST', '/commands', { cmd: `yes ${marker}`, timeout: 8 })).json();
+    expect(foreground).toMatchObject({ exit_code: 124, timed_out: true, stdout_truncated: true });
+    expect(Buffer.byteLength(foreground.stdout)).toBeLessThanOrEqual(CAP);
+    let peak = 0;
+    for (let i = 0; i < 20; i++) {
+      peak = Math.max(peak, target.rss());
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    await target.call('DELETE', `/commands/${pid}`);
+    report('yes bomb', { capMiB: CAP / MiB, rssBeforeMiB: rssBefore / MiB, peakMiB: peak / MiB });
+    // Two commands × two copies at most (kept text + the JSON answer being built) of a 16 MiB cap.
+    expect(peak - rssBefore).toBeLessThan(4 * CAP + 64 * MiB);
+    await waitFor(() => findProcesses(marker).length === 0, 10_000, 'yes gone');
+  }, 60_000);
+
+  it('bounds envd\'s memory with 100 concurrent streams whose readers stall', async () => {
+    // Its own envd with a 1 MiB output cap. Measured: ~6 MiB of RSS per
+    // stalled stream (the kept 1 MiB, the events in flight to the socket, and
+    // V8 garbage not yet collected), and then no growth at all: the commands
+    // block on their pipes. Without back-pressure each would grow by what
+    // `yes` prints, hundreds of MiB a second.
+    const small = await startStressEnvd(['--max-output-bytes', String(MiB)]);
+    try {
+      const rssBefore = small.rss();
+      const fdsBefore = small.fds();
+      const marker = `stall-${randomBytes(4).toString('hex')}`;
+      const controllers = Array.from({ length: 100 }, () => new AbortController());
+      const responses = await Promise.all(controllers.map((c) => small.call('POST', '/commands/stream', { cmd: `yes ${marker}` }, { signal: c.signal })));
+      expect(responses.every((r) => r.status === 200)).toBe(true);
+      const samples: number[] = [];
+      for (let i = 0; i < 60; i++) {
+        samples.push(small.rss());
+        await new Promise((r) => setTimeout(r, 100));
+      }
+      const peak = Math.max(...samples);
+      const lastSecondsGrowth = samples.at(-1)! - samples[30]!;
+      for (const c of controllers) c.abort();
+      await waitFor(() => findProcesses(marker).length === 0, 20_000, 'stalled streams killed');
+      const fdsAfter = await settleFds(small, fdsBefore);
+      report('100 stalled streams', { capMiB: 1, rssBeforeMiB: rssBefore / MiB, peakMiB: peak / MiB, perStreamMiB: (peak - rssBefore) / 100 / MiB, lastThreeSecondsGrowthMiB: lastSecondsGrowth / MiB, fdsBefore, fdsAfter });
+      expect((peak - rssBefore) / 100).toBeLessThan(8 * MiB);
+      expect(lastSecondsGrowth).toBeLessThan(32 * MiB);
+      expect(fdsAfter).toBeLessThanOrEqual(fdsBefore + 2);
+    } finally {
+      await small.stop();
+    }
+  }, 90_000);
+
+  it('holds 200 concurrent watches and releases them all', async () => {
+    const fdsBefore = target.fds();
+    const controllers = Array.from({ length: 200 }, () => new AbortController());
+    const responses = await Promise.all(controllers.map((c) => target.call('POST', '/files/watch', { path: target.dir }, { signal: c.signal })));
+    const ok = responses.filter((r) => r.status === 200).length;
+    for (const r of responses.filter((r) => r.status !== 200)) expect(typeof (await r.json()).message).toBe('string');
+    for (const c of controllers) c.abort();
+    const fdsAfter = await settleFds(target, fdsBefore);
+    report('200 watches', { armed: ok, fdsBefore, fdsAfter });
+    expect(ok).toBe(200);
+    expect(fdsAfter).toBeLessThanOrEqual(fdsBefore + 2);
+  }, 60_000);
+});
