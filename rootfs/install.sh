@@ -19,10 +19,12 @@ binary="$here/../dist/envd"
 
 install -D -m 0755 "$binary" "$root/usr/local/bin/envd"
 install -D -m 0644 "$here/envd.service" "$root/etc/systemd/system/envd.service"
-# No token here: envd boots uninitialised and the orchestrator's first POST /init sets it.
-# (A configured but missing token file would stop envd from starting.)
+# The token file is on /run (tmpfs): absent at boot, so envd starts uninitialised and the
+# orchestrator's first POST /init sets the token and writes it there (0600). An envd that
+# systemd restarts reads it back, so /init never reopens; a memory snapshot keeps it, a
+# reboot clears it. The orchestrator may also write it before envd starts.
 install -d -m 0755 "$root/etc/envd"
-printf 'ENVD_DEFAULT_USER=%s\nENVD_LOG_LEVEL=info\n' "$default_user" > "$root/etc/envd/envd.env"
+printf 'ENVD_DEFAULT_USER=%s\nENVD_LOG_LEVEL=info\nENVD_ACCESS_TOKEN_FILE=/run/envd/token\n' "$default_user" > "$root/etc/envd/envd.env"
 chmod 0644 "$root/etc/envd/envd.env"
 install -d "$root/etc/systemd/system/multi-user.target.wants"
 ln -sfn /etc/systemd/system/envd.service "$root/etc/systemd/system/multi-user.target.wants/envd.service"

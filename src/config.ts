@@ -12,6 +12,8 @@ export interface Config {
   readonly host: string;
   readonly port: number;
   readonly accessToken: string | undefined;
+  /** Where the token lives across envd restarts: read at start, rewritten by /init. */
+  readonly accessTokenFile: string | undefined;
   readonly defaultUser: string | undefined;
   readonly defaultWorkdir: string | undefined;
   readonly maxOutputBytes: number;
@@ -32,7 +34,8 @@ Usage: envd [options]
 Options (each also read from the environment variable shown):
   --host <addr>               ENVD_HOST               listen address (default 0.0.0.0)
   --port <n>                  ENVD_PORT               listen port (default ${DEFAULT_PORT})
-  --access-token-file <path>  ENVD_ACCESS_TOKEN_FILE  file holding the access token
+  --access-token-file <path>  ENVD_ACCESS_TOKEN_FILE  file holding the access token; if absent, envd starts
+                                                      uninitialised and POST /init writes it (0600)
                               ENVD_ACCESS_TOKEN       the token itself; removed from envd's environment once read
   --default-user <name>       ENVD_DEFAULT_USER       Unix user for commands and files (default: the user envd runs as)
   --default-workdir <path>    ENVD_DEFAULT_WORKDIR    working directory for commands (default: the user's home)
@@ -95,11 +98,14 @@ export function parseCli(argv: string[], env: NodeJS.ProcessEnv): CliAction {
   let accessToken: string | undefined;
   const tokenFile = read('access-token-file');
   if (tokenFile !== undefined) {
+    if (!isAbsolute(tokenFile)) problems.push(`${describe('access-token-file')} must be an absolute path, got ${JSON.stringify(tokenFile)}`);
     try {
       accessToken = readFileSync(tokenFile, 'utf8').trim();
       if (accessToken === '') problems.push(`${describe('access-token-file')} ${tokenFile} is empty`);
     } catch (error) {
-      problems.push(`${describe('access-token-file')} cannot be read: ${(error as NodeJS.ErrnoException).code ?? (error as Error).message}`);
+      // Not there yet: envd starts uninitialised and /init will write it (see lifecycle/token-file.ts).
+      const code = (error as NodeJS.ErrnoException).code;
+      if (code !== 'ENOENT') problems.push(`${describe('access-token-file')} cannot be read: ${code ?? (error as Error).message}`);
     }
   } else if (env.ENVD_ACCESS_TOKEN) {
     accessToken = env.ENVD_ACCESS_TOKEN;
@@ -112,6 +118,7 @@ export function parseCli(argv: string[], env: NodeJS.ProcessEnv): CliAction {
       host,
       port: port!,
       accessToken,
+      accessTokenFile: tokenFile,
       defaultUser: read('default-user'),
       defaultWorkdir: workdir,
       maxOutputBytes: maxOutput!,

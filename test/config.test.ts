@@ -23,7 +23,7 @@ const problems = (argv: string[], env: NodeJS.ProcessEnv = {}) => {
 describe('parseCli', () => {
   it('has the contract defaults', () => {
     expect(run([])).toEqual({
-      host: '0.0.0.0', port: 49983, accessToken: undefined, defaultUser: undefined,
+      host: '0.0.0.0', port: 49983, accessToken: undefined, accessTokenFile: undefined, defaultUser: undefined,
       defaultWorkdir: undefined, maxOutputBytes: DEFAULT_MAX_OUTPUT_BYTES, logLevel: 'info',
     });
     expect(DEFAULT_MAX_OUTPUT_BYTES).toBe(67108864);
@@ -50,8 +50,14 @@ describe('parseCli', () => {
     expect(found.join('\n')).toMatch(/--default-workdir.*absolute/);
   });
 
-  it('rejects a missing token file and unknown flags', () => {
-    expect(problems(['--access-token-file', '/nonexistent/token'])[0]).toMatch(/--access-token-file.*ENOENT/);
+  it('starts uninitialised when the token file does not exist yet, remembering where /init will write it', () => {
+    expect(run(['--access-token-file', '/nonexistent/token'])).toMatchObject({ accessToken: undefined, accessTokenFile: '/nonexistent/token' });
+  });
+
+  it('rejects an unreadable or relative token file and unknown flags', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'envd-'));
+    expect(problems(['--access-token-file', dir])[0]).toMatch(/--access-token-file.*EISDIR/);
+    expect(problems(['--access-token-file', 'relative/token']).join('\n')).toMatch(/--access-token-file.*absolute/);
     expect(problems(['--bogus'])[0]).toMatch(/bogus/);
     expect(problems(['--port', 'abc'])[0]).toMatch(/--port/);
   });

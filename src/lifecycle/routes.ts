@@ -7,6 +7,7 @@ import { VERSION } from '../version.js';
 import { ClockSync, setSystemClock, type ClockSetter } from './clock.js';
 import { applyInit, validateInit } from './init.js';
 import { MetricsReader } from './metrics.js';
+import { TokenFile } from './token-file.js';
 import { EnvsSchema, HealthSchema, InitBody, MetricsSchema, OpenApiSchema } from './schemas.js';
 
 export interface LifecycleRoutesOptions {
@@ -17,10 +18,11 @@ export interface LifecycleRoutesOptions {
   setClock?: ClockSetter;
 }
 
-export const lifecycleRoutes: FastifyPluginAsyncTypebox<LifecycleRoutesOptions> = async (app, { state, processes, setClock = setSystemClock }) => {
+export const lifecycleRoutes: FastifyPluginAsyncTypebox<LifecycleRoutesOptions> = async (app, { config, state, processes, setClock = setSystemClock }) => {
   const log = app.log.child({ feature: 'lifecycle' });
   const clock = new ClockSync(setClock, log);
   const metrics = new MetricsReader(() => processes.size);
+  const tokenFile = config.accessTokenFile === undefined ? undefined : new TokenFile(config.accessTokenFile, log);
 
   // Polled every few milliseconds during boot and resume: no disk, no process work.
   const health = { status: 'ok' as const, version: VERSION };
@@ -56,8 +58,9 @@ export const lifecycleRoutes: FastifyPluginAsyncTypebox<LifecycleRoutesOptions> 
         },
         'initialised',
       );
-      // Answer once the clock is right, so the orchestrator's next call already sees the corrected time.
-      await sync?.done;
+      // Answer once the clock is right and the token file holds the new token, so
+      // the orchestrator's next call sees the corrected time and survives a restart.
+      await Promise.all([sync?.done, plan.accessToken === undefined ? undefined : tokenFile?.save(plan.accessToken)]);
       return reply.code(204).send(null);
     },
   );

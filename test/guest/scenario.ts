@@ -131,9 +131,10 @@ export function registerScenario(guest: () => { client: EnvdClient; name: string
     const backMs = await waitForHealth(client.url, 30_000);
     console.log(`${name}: envd back ${backMs} ms after kill -9 (systemd Restart=always, RestartSec=200ms)`);
 
-    // A restarted envd has no token in memory: the orchestrator initialises it again.
-    const init = await client.call('POST', '/init', { access_token: token, envs: { GREETING: 'hello again' } });
-    expect(init.status).toBe(204);
+    // The restarted envd read its token back from /run/envd/token: still initialised,
+    // so /init stays closed to anyone without the token.
+    const hijack = await fetch(`${client.url}/init`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ access_token: 'hijack' }) });
+    expect(hijack.status).toBe(401);
     const after = await run(client, `pidof envd; test -d /proc/${survivor.body.pid} && echo survivor-running`, { user: 'root' });
     expect(after.stdout).toMatch(/^\d+\nsurvivor-running\n$/);
     expect(after.stdout.split('\n')[0]).not.toBe(before);

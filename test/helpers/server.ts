@@ -22,6 +22,7 @@ export function testConfig(overrides: Partial<Config> = {}): Config {
     host: '127.0.0.1',
     port: 0,
     accessToken: undefined,
+    accessTokenFile: undefined,
     defaultUser: undefined,
     defaultWorkdir: undefined,
     maxOutputBytes: DEFAULT_MAX_OUTPUT_BYTES,

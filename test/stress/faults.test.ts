@@ -4,6 +4,7 @@ import { mkdirSync, readdirSync, rmSync, writeFileSync, existsSync, readFileSync
 import { request } from 'node:http';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { findProcesses, waitFor } from '../helpers/proc.js';
+import { readEvents } from '../helpers/sse.js';
 import { MiB, report, settleFds, startStressEnvd, type StressEnvd } from './harness.js';
 
 const isRoot = process.getuid?.() === 0;
@@ -138,6 +139,40 @@ describe('faults', () => {
     report('fd exhaustion', { limit, started: pids.length, statuses: JSON.stringify(Object.fromEntries(statuses)) });
     expect([...statuses.keys()].some((s) => s !== '200')).toBe(true);
     expect((await after.json()).stdout).toBe('recovered\n');
+  });
+
+  it.skipIf(!isRoot)('answers exhausted inotify limits with a clear error, then watches again once they are raised', async () => {
+    // fs.inotify.max_user_watches is system-wide: lowered for a moment only,
+    // in a suite that runs alone, and put back whatever happens.
+    const limitFile = '/proc/sys/fs/inotify/max_user_watches';
+    const saved = readFileSync(limitFile, 'utf8').trim();
+    const tree = `${target.dir}/many-dirs`;
+    for (let i = 0; i < 64; i++) mkdirSync(`${tree}/d${i}/e`, { recursive: true });
+    let answer: string;
+    try {
+      writeFileSync(limitFile, '1');
+      const response = await target.call('POST', '/files/watch', { path: tree, recursive: true }, { signal: AbortSignal.timeout(15_000) });
+      if (response.status === 200) {
+        // Armed before the limit bit: the stream must end with an error event.
+        let last;
+        for await (const event of readEvents(response)) last = event;
+        expect(last?.event).toBe('error');
+        answer = `200 then error event: ${last?.data.message}`;
+      } else {
+        expect(response.status).toBe(503);
+        answer = `${response.status}: ${(await response.json()).message}`;
+      }
+      expect(answer).toMatch(/inotify/);
+    } finally {
+      writeFileSync(limitFile, saved);
+    }
+    const again = new AbortController();
+    const watched = await target.call('POST', '/files/watch', { path: tree, recursive: true }, { signal: again.signal });
+    expect(watched.status).toBe(200);
+    const first = await readEvents(watched).next();
+    expect(first.value?.event).toBe('ready');
+    again.abort();
+    report('inotify exhausted', { answer, recovered: true });
   });
 
   it('finishes a command whose child closes stdout but keeps running', async () => {
