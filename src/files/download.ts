@@ -1,8 +1,6 @@
-import type { FileHandle } from 'node:fs/promises';
-import { open } from 'node:fs/promises';
 import type { ReadStream } from 'node:fs';
-import { badRequest, errnoToHttpError } from '../errors.js';
 import { STREAM_CHUNK_BYTES } from './chunk-size.js';
+import { openReadable } from './open-readable.js';
 
 export interface ByteRange {
   start: number;
@@ -43,15 +41,8 @@ export type Download =
  * The stream closes the handle when it ends or is destroyed (client gone).
  */
 export async function openDownload(path: string, rangeHeader: string | undefined): Promise<Download> {
-  let handle: FileHandle;
+  const { handle, stats } = await openReadable(path);
   try {
-    handle = await open(path, 'r');
-  } catch (error) {
-    throw errnoToHttpError(error, path);
-  }
-  try {
-    const stats = await handle.stat();
-    if (stats.isDirectory()) throw badRequest(`${path}: is a directory`);
     const size = stats.size;
     const range = parseRange(rangeHeader, size);
     if (range === 'unsatisfiable') {

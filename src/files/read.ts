@@ -1,5 +1,5 @@
-import { open } from 'node:fs/promises';
 import { HttpError, badRequest, errnoToHttpError } from '../errors.js';
+import { openReadable } from './open-readable.js';
 import type { EncodingName } from './schemas.js';
 
 /** JSON reads of files above this are refused with 413; `/files/raw` streams any size. */
@@ -7,15 +7,8 @@ export const READ_LIMIT = 10 * 1024 * 1024;
 
 /** Reads a whole (small) file for a JSON answer. */
 export async function readContent(path: string, encoding: EncodingName): Promise<{ path: string; data: string; encoding: EncodingName; size: number }> {
-  let handle;
+  const { handle, stats } = await openReadable(path);
   try {
-    handle = await open(path, 'r');
-  } catch (error) {
-    throw errnoToHttpError(error, path);
-  }
-  try {
-    const stats = await handle.stat();
-    if (stats.isDirectory()) throw badRequest(`${path}: is a directory`);
     if (stats.size > READ_LIMIT) throw new HttpError(413, `${path}: ${stats.size} bytes is over the ${READ_LIMIT}-byte limit of a JSON read; use GET /files/raw`);
     // Read at most the size seen above (plus one byte to notice growth): a
     // file that grows meanwhile cannot push the answer past the limit.
