@@ -3,6 +3,9 @@ import { badRequest, errnoToHttpError } from '../errors.js';
 import { prepareTarget, tempPathFor, writeTemp } from './atomic-write.js';
 import type { Owner } from './paths.js';
 
+/** How many temporary files a batch writes at once. */
+const STAGE_CONCURRENCY = 32;
+
 export interface BatchEntry {
   path: string;
   bytes: Buffer;
@@ -75,15 +78,30 @@ export async function writeBatch(entries: BatchEntry[], owner: Owner | undefined
   rejectDuplicates(entries.map((e) => e.path));
   const modes: number[] = [];
   for (const entry of entries) modes.push(await prepareTarget(entry.path, owner));
-  const staged: Staged[] = [];
-  try {
-    for (const [index, entry] of entries.entries()) {
-      const { temp, size } = await writeTemp(entry.path, entry.bytes, owner, modes[index]!);
-      staged.push({ target: entry.path, temp, size });
+  // Staged a few dozen at a time: each is a write and an fsync, and the disk
+  // takes many at once far faster than one after another (bench: batch).
+  // On any failure the others in flight finish first, so that every
+  // temporary file that exists is known and removed.
+  const slots: (Staged | undefined)[] = new Array(entries.length);
+  let failure: { error: unknown } | undefined;
+  let next = 0;
+  const stageNext = async (): Promise<void> => {
+    while (!failure && next < entries.length) {
+      const index = next++;
+      const entry = entries[index]!;
+      try {
+        const { temp, size } = await writeTemp(entry.path, entry.bytes, owner, modes[index]!);
+        slots[index] = { target: entry.path, temp, size };
+      } catch (error) {
+        failure ??= { error };
+      }
     }
-  } catch (error) {
+  };
+  await Promise.all(Array.from({ length: Math.min(STAGE_CONCURRENCY, entries.length) }, stageNext));
+  const staged = slots.filter((slot): slot is Staged => slot !== undefined);
+  if (failure) {
     await Promise.all(staged.map(({ temp }) => rm(temp, { force: true })));
-    throw error;
+    throw failure.error;
   }
   await renameAllOrNone(staged);
   return staged.map(({ target, size }) => ({ path: target, size }));
