@@ -1,8 +1,12 @@
-import { mkdtempSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { describe, expect, it } from 'vitest';
+import { afterAll, describe, expect, it } from 'vitest';
 import { ConfigError, DEFAULT_MAX_OUTPUT_BYTES, parseCli } from '../src/config.js';
+
+// One scratch directory for the whole file, removed at the end.
+const scratch = mkdtempSync(join(tmpdir(), 'envd-config-'));
+afterAll(() => rmSync(scratch, { recursive: true, force: true }));
 
 const run = (argv: string[], env: NodeJS.ProcessEnv = {}) => {
   const action = parseCli(argv, env);
@@ -36,7 +40,7 @@ describe('parseCli', () => {
   });
 
   it('reads the token from a file, trimmed, ahead of the environment variable', () => {
-    const file = join(mkdtempSync(join(tmpdir(), 'envd-')), 'token');
+    const file = join(scratch, 'token');
     writeFileSync(file, 's3cret\n');
     expect(run(['--access-token-file', file], { ENVD_ACCESS_TOKEN: 'other' }).accessToken).toBe('s3cret');
   });
@@ -55,8 +59,7 @@ describe('parseCli', () => {
   });
 
   it('rejects an unreadable or relative token file and unknown flags', () => {
-    const dir = mkdtempSync(join(tmpdir(), 'envd-'));
-    expect(problems(['--access-token-file', dir])[0]).toMatch(/--access-token-file.*EISDIR/);
+    expect(problems(['--access-token-file', scratch])[0]).toMatch(/--access-token-file.*EISDIR/);
     expect(problems(['--access-token-file', 'relative/token']).join('\n')).toMatch(/--access-token-file.*absolute/);
     expect(problems(['--bogus'])[0]).toMatch(/bogus/);
     expect(problems(['--port', 'abc'])[0]).toMatch(/--port/);
