@@ -87,7 +87,12 @@ export async function startEnvdProcess(args: string[] = [], env: NodeJS.ProcessE
   const lines: string[] = [];
   const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
   const url = await new Promise<string>((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`envd did not start: ${lines.join('\n')}`)), 10_000);
+    // A child that never says it listens (a --log-level above info hides that
+    // line) is killed, not left behind.
+    const timer = setTimeout(() => {
+      child.kill('SIGKILL');
+      reject(new Error(`envd did not start (no "listening at" line within 10 s): ${lines.join('\n')}`));
+    }, 10_000);
     child.once('exit', (code) => reject(new Error(`envd exited with ${code}: ${lines.join('\n')}`)));
     createInterface({ input: child.stdout! }).on('line', (line) => {
       lines.push(line);
