@@ -1,36 +1,26 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { waitFor } from '../helpers/proc.js';
+import { useCommandServer } from '../helpers/command-user.js';
 import { startServer, type TestServer } from '../helpers/server.js';
-import { commandUser } from '../helpers/command-user.js';
 
-let server: TestServer;
-let fixture: Awaited<ReturnType<typeof commandUser>>;
-
-beforeAll(async () => {
-  fixture = await commandUser();
-  server = await startServer({ defaultUser: fixture.user.name });
-});
-afterAll(async () => {
-  await server?.close();
-  fixture?.remove();
-});
+const fixture = useCommandServer();
 
 const NOT_FOUND = { stdout: '', stderr: 'process not found', exit_code: 1 };
 
 const startBackground = async (body: Record<string, unknown>): Promise<number> => {
-  const { status, body: answer } = await server.json('POST', '/commands', { ...body, background: true });
+  const { status, body: answer } = await fixture.server.json('POST', '/commands', { ...body, background: true });
   expect(status).toBe(200);
   expect(answer).toEqual({ pid: expect.any(Number) });
   return answer.pid;
 };
 
-const finished = (pid: number) => waitFor(() => server.app.envd.processes.get(pid)?.running === false, 10_000, `pid ${pid} to finish`);
+const finished = (pid: number) => waitFor(() => fixture.server.app.envd.processes.get(pid)?.running === false, 10_000, `pid ${pid} to finish`);
 
 describe('background commands', () => {
   it('keep their output while nobody listens: a command printing more than a pipe holds still finishes', async () => {
     const pid = await startBackground({ cmd: 'head -c 3000000 /dev/zero | tr "\\0" "d"; echo; echo done >&2' });
     await finished(pid);
-    const { body } = await server.json('GET', `/commands/${pid}/wait`);
+    const { body } = await fixture.server.json('GET', `/commands/${pid}/wait`);
     expect(body.stdout).toBe(`${'d'.repeat(3_000_000)}\n`);
     expect(body.stderr).toBe('done\n');
     expect(body.exit_code).toBe(0);
@@ -38,19 +28,19 @@ describe('background commands', () => {
 
   it('wait blocks until exit, returns the result, then forgets the pid', async () => {
     const pid = await startBackground({ cmd: 'sleep 0.5; echo late; exit 3' });
-    expect((await server.json('GET', `/commands/${pid}/wait`)).body).toEqual({ stdout: 'late\n', stderr: '', exit_code: 3 });
-    expect(server.app.envd.processes.get(pid)).toBeUndefined();
-    expect(await server.json('GET', `/commands/${pid}/wait`)).toEqual({ status: 200, body: NOT_FOUND });
+    expect((await fixture.server.json('GET', `/commands/${pid}/wait`)).body).toEqual({ stdout: 'late\n', stderr: '', exit_code: 3 });
+    expect(fixture.server.app.envd.processes.get(pid)).toBeUndefined();
+    expect(await fixture.server.json('GET', `/commands/${pid}/wait`)).toEqual({ status: 200, body: NOT_FOUND });
   });
 
   it('wait answers "process not found" for an untracked pid and 400 for a pid that is not an integer', async () => {
-    expect(await server.json('GET', '/commands/4194303/wait')).toEqual({ status: 200, body: NOT_FOUND });
+    expect(await fixture.server.json('GET', '/commands/4194303/wait')).toEqual({ status: 200, body: NOT_FOUND });
     for (const pid of ['abc', '1e99', '0x10', '-1', '12a', ' 12']) {
-      const bad = await server.json('GET', `/commands/${encodeURIComponent(pid)}/wait`);
+      const bad = await fixture.server.json('GET', `/commands/${encodeURIComponent(pid)}/wait`);
       expect(bad.status, pid).toBe(400);
       expect(bad.body.message).toMatch(/params\/pid/);
     }
-    const del = await server.json('DELETE', '/commands/1e99');
+    const del = await fixture.server.json('DELETE', '/commands/1e99');
     expect(del.status).toBe(400);
     expect(del.body.message).toMatch(/pid/);
   });
@@ -59,7 +49,7 @@ describe('background commands', () => {
     const running = await startBackground({ cmd: 'sleep 1000', stdin: true, cwd: '/tmp' });
     const done = await startBackground({ cmd: 'exit 5' });
     await finished(done);
-    const { body } = await server.json('GET', '/commands');
+    const { body } = await fixture.server.json('GET', '/commands');
     const byPid = new Map(body.processes.map((p: any) => [p.pid, p]));
     expect(byPid.get(running)).toEqual({
       pid: running,
@@ -73,52 +63,52 @@ describe('background commands', () => {
     });
     expect(byPid.get(done)).toMatchObject({ pid: done, running: false, exit_code: 5, stdin: false, cwd: fixture.user.home });
     expect(Math.abs(Date.parse((byPid.get(running) as any).started_at) - Date.now())).toBeLessThan(60_000);
-    await server.json('DELETE', `/commands/${running}`);
-    await server.json('GET', `/commands/${done}/wait`);
-    expect((await server.json('GET', '/commands')).body.processes.filter((p: any) => p.pid === running || p.pid === done)).toEqual([]);
+    await fixture.server.json('DELETE', `/commands/${running}`);
+    await fixture.server.json('GET', `/commands/${done}/wait`);
+    expect((await fixture.server.json('GET', '/commands')).body.processes.filter((p: any) => p.pid === running || p.pid === done)).toEqual([]);
   });
 });
 
 describe('stdin', () => {
   it('round-trips: reserve, write lines, close for EOF', async () => {
     const pid = await startBackground({ cmd: 'while read -r line; do echo "got:$line"; done; echo eof', stdin: true });
-    expect(await server.json('POST', `/commands/${pid}/stdin`, { data: 'first\n' })).toEqual({ status: 200, body: {} });
-    expect(await server.json('POST', `/commands/${pid}/stdin`, { data: 'sécond\nthird\n' })).toEqual({ status: 200, body: {} });
-    expect(await server.json('DELETE', `/commands/${pid}/stdin`)).toEqual({ status: 200, body: {} });
-    expect((await server.json('GET', `/commands/${pid}/wait`)).body).toEqual({ stdout: 'got:first\ngot:sécond\ngot:third\neof\n', stderr: '', exit_code: 0 });
+    expect(await fixture.server.json('POST', `/commands/${pid}/stdin`, { data: 'first\n' })).toEqual({ status: 200, body: {} });
+    expect(await fixture.server.json('POST', `/commands/${pid}/stdin`, { data: 'sécond\nthird\n' })).toEqual({ status: 200, body: {} });
+    expect(await fixture.server.json('DELETE', `/commands/${pid}/stdin`)).toEqual({ status: 200, body: {} });
+    expect((await fixture.server.json('GET', `/commands/${pid}/wait`)).body).toEqual({ stdout: 'got:first\ngot:sécond\ngot:third\neof\n', stderr: '', exit_code: 0 });
   });
 
   it('is 409 after it was closed, and closing twice is fine', async () => {
     const pid = await startBackground({ cmd: 'cat > /dev/null; sleep 1000', stdin: true });
-    await server.json('DELETE', `/commands/${pid}/stdin`);
-    expect((await server.json('DELETE', `/commands/${pid}/stdin`)).status).toBe(200);
-    const late = await server.json('POST', `/commands/${pid}/stdin`, { data: 'x' });
+    await fixture.server.json('DELETE', `/commands/${pid}/stdin`);
+    expect((await fixture.server.json('DELETE', `/commands/${pid}/stdin`)).status).toBe(200);
+    const late = await fixture.server.json('POST', `/commands/${pid}/stdin`, { data: 'x' });
     expect(late.status).toBe(409);
     expect(late.body.message).toMatch(/closed/);
-    await server.json('DELETE', `/commands/${pid}`);
+    await fixture.server.json('DELETE', `/commands/${pid}`);
   });
 
   it('is 409 without stdin: true (stdin is /dev/null then)', async () => {
     const pid = await startBackground({ cmd: 'cat; sleep 1000' });
     for (const [method, body] of [['POST', { data: 'x' }], ['DELETE', undefined]] as const) {
-      const answer = await server.json(method, `/commands/${pid}/stdin`, body);
+      const answer = await fixture.server.json(method, `/commands/${pid}/stdin`, body);
       expect(answer.status).toBe(409);
       expect(answer.body.message).toMatch(/stdin: true/);
     }
-    await server.json('DELETE', `/commands/${pid}`);
+    await fixture.server.json('DELETE', `/commands/${pid}`);
   });
 
   it('is 409 once the process has ended', async () => {
     const pid = await startBackground({ cmd: 'true', stdin: true });
     await finished(pid);
-    expect((await server.json('POST', `/commands/${pid}/stdin`, { data: 'x' })).status).toBe(409);
-    await server.json('GET', `/commands/${pid}/wait`);
+    expect((await fixture.server.json('POST', `/commands/${pid}/stdin`, { data: 'x' })).status).toBe(409);
+    await fixture.server.json('GET', `/commands/${pid}/wait`);
   });
 
   it('is 404 for an untracked pid and 400 without data', async () => {
-    expect((await server.json('POST', '/commands/4194303/stdin', { data: 'x' })).status).toBe(404);
-    expect((await server.json('DELETE', '/commands/4194303/stdin')).status).toBe(404);
-    const missing = await server.json('POST', '/commands/4194303/stdin', {});
+    expect((await fixture.server.json('POST', '/commands/4194303/stdin', { data: 'x' })).status).toBe(404);
+    expect((await fixture.server.json('DELETE', '/commands/4194303/stdin')).status).toBe(404);
+    const missing = await fixture.server.json('POST', '/commands/4194303/stdin', {});
     expect(missing.status).toBe(400);
     expect(missing.body.message).toMatch(/data/);
   });

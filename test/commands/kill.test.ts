@@ -1,26 +1,11 @@
 import { randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { countZombieChildren, findProcesses, startEnvdProcess, waitFor } from '../helpers/proc.js';
-import { startServer, type TestServer } from '../helpers/server.js';
-import { commandUser } from '../helpers/command-user.js';
+import { useCommandServer } from '../helpers/command-user.js';
+import { startServer } from '../helpers/server.js';
 
-let server: TestServer;
-let fixture: Awaited<ReturnType<typeof commandUser>>;
-const markers: string[] = [];
-
-beforeAll(async () => {
-  fixture = await commandUser();
-  server = await startServer({ defaultUser: fixture.user.name });
-});
-afterEach(() => {
-  // Whatever a failed test left behind.
-  for (const marker of markers.splice(0)) for (const pid of findProcesses(marker)) process.kill(pid, 'SIGKILL');
-});
-afterAll(async () => {
-  await server?.close();
-  fixture?.remove();
-});
+const fixture = useCommandServer();
 
 /**
  * A command that leaves three sleepers named by a fresh marker: a child, a
@@ -29,7 +14,7 @@ afterAll(async () => {
 function treeCommand(): { marker: string; cmd: string } {
   const suffix = randomBytes(4).toString('hex');
   const marker = `envd-kill-${suffix}`;
-  markers.push(marker);
+  fixture.markers.push(marker);
   // The marker is only assembled inside the sleepers, so no shell's own command line matches it.
   const cmd = [
     `export P=envd-kill- S=${suffix}`,
@@ -48,63 +33,63 @@ const noneLeft = (marker: string) => () => findProcesses(marker).length === 0;
 describe('killing commands', () => {
   it('a timeout kills the whole tree, grandchildren and setsid escapees included, and reports 124', async () => {
     const { marker, cmd } = treeCommand();
-    const started = await server.json('POST', '/commands', { cmd, timeout: 1.5, background: true });
+    const started = await fixture.server.json('POST', '/commands', { cmd, timeout: 1.5, background: true });
     await waitFor(allThreeRunning(marker), 10_000, 'the tree to start');
-    const { body } = await server.json('GET', `/commands/${started.body.pid}/wait`);
+    const { body } = await fixture.server.json('GET', `/commands/${started.body.pid}/wait`);
     expect(body).toMatchObject({ stdout: 'started\n', exit_code: 124, timed_out: true });
     await waitFor(noneLeft(marker), 5_000, 'every process of the tree to be gone');
   });
 
   it('a foreground timeout answers with 124 and timed_out', async () => {
     const { marker, cmd } = treeCommand();
-    const { body } = await server.json('POST', '/commands', { cmd, timeout: 1 });
+    const { body } = await fixture.server.json('POST', '/commands', { cmd, timeout: 1 });
     expect(body).toMatchObject({ stdout: 'started\n', exit_code: 124, timed_out: true });
     await waitFor(noneLeft(marker), 5_000, 'every process of the tree to be gone');
   });
 
   it('DELETE /commands/{pid} kills the whole tree and forgets the pid', async () => {
     const { marker, cmd } = treeCommand();
-    const { body: started } = await server.json('POST', '/commands', { cmd, background: true });
+    const { body: started } = await fixture.server.json('POST', '/commands', { cmd, background: true });
     await waitFor(allThreeRunning(marker), 10_000, 'the tree to start');
-    expect(await server.json('DELETE', `/commands/${started.pid}`)).toEqual({ status: 200, body: { killed: true } });
+    expect(await fixture.server.json('DELETE', `/commands/${started.pid}`)).toEqual({ status: 200, body: { killed: true } });
     await waitFor(noneLeft(marker), 5_000, 'every process of the tree to be gone');
-    expect((await server.json('GET', `/commands/${started.pid}/wait`)).body).toEqual({ stdout: '', stderr: 'process not found', exit_code: 1 });
-    expect(await server.json('DELETE', `/commands/${started.pid}`)).toEqual({ status: 200, body: { killed: false } });
+    expect((await fixture.server.json('GET', `/commands/${started.pid}/wait`)).body).toEqual({ stdout: '', stderr: 'process not found', exit_code: 1 });
+    expect(await fixture.server.json('DELETE', `/commands/${started.pid}`)).toEqual({ status: 200, body: { killed: false } });
   });
 
   it('DELETE after the shell exited still kills what it left in its process group', async () => {
     const marker = `envd-left-${randomBytes(4).toString('hex')}`;
-    markers.push(marker);
+    fixture.markers.push(marker);
     // The shell exits at once; its background sleeper stays in the group, holding the pipes.
-    const { body: started } = await server.json('POST', '/commands', { cmd: `bash -c "exec -a ${marker} sleep 1000" & echo bye`, background: true });
+    const { body: started } = await fixture.server.json('POST', '/commands', { cmd: `bash -c "exec -a ${marker} sleep 1000" & echo bye`, background: true });
     await waitFor(() => findProcesses(marker).length === 1, 10_000, 'the leftover to start');
-    await waitFor(async () => (await server.json('GET', '/commands')).body.processes.some((p: any) => p.pid === started.pid && !p.running), 5_000, 'the shell to finish');
-    expect((await server.json('DELETE', `/commands/${started.pid}`)).body).toEqual({ killed: true });
+    await waitFor(async () => (await fixture.server.json('GET', '/commands')).body.processes.some((p: any) => p.pid === started.pid && !p.running), 5_000, 'the shell to finish');
+    expect((await fixture.server.json('DELETE', `/commands/${started.pid}`)).body).toEqual({ killed: true });
     await waitFor(noneLeft(marker), 5_000, 'the leftover to be killed');
   });
 
   it('a signal reaches the process group and is reported as 128 + n', async () => {
     for (const [signal, code] of [['SIGTERM', 143], ['SIGKILL', 137], ['SIGUSR1', 138]] as const) {
-      const { body: started } = await server.json('POST', '/commands', { cmd: 'sleep 1000', background: true });
-      expect(await server.json('POST', `/commands/${started.pid}/signal`, { signal })).toEqual({ status: 200, body: {} });
-      const { body } = await server.json('GET', `/commands/${started.pid}/wait`);
+      const { body: started } = await fixture.server.json('POST', '/commands', { cmd: 'sleep 1000', background: true });
+      expect(await fixture.server.json('POST', `/commands/${started.pid}/signal`, { signal })).toEqual({ status: 200, body: {} });
+      const { body } = await fixture.server.json('GET', `/commands/${started.pid}/wait`);
       expect(body).toMatchObject({ exit_code: code, signal });
     }
   });
 
   it('SIGSTOP and SIGCONT pause and resume the group', async () => {
-    const { body: started } = await server.json('POST', '/commands', { cmd: 'sleep 0.5; echo woke', background: true });
-    await server.json('POST', `/commands/${started.pid}/signal`, { signal: 'SIGSTOP' });
+    const { body: started } = await fixture.server.json('POST', '/commands', { cmd: 'sleep 0.5; echo woke', background: true });
+    await fixture.server.json('POST', `/commands/${started.pid}/signal`, { signal: 'SIGSTOP' });
     await waitFor(() => /\) T /.test(readStat(started.pid)), 5_000, 'the shell to stop');
-    await server.json('POST', `/commands/${started.pid}/signal`, { signal: 'SIGCONT' });
-    expect((await server.json('GET', `/commands/${started.pid}/wait`)).body).toMatchObject({ stdout: 'woke\n', exit_code: 0 });
+    await fixture.server.json('POST', `/commands/${started.pid}/signal`, { signal: 'SIGCONT' });
+    expect((await fixture.server.json('GET', `/commands/${started.pid}/wait`)).body).toMatchObject({ stdout: 'woke\n', exit_code: 0 });
   });
 
   it('refuses an unknown signal with 400 and an untracked pid with 404', async () => {
-    const bad = await server.json('POST', '/commands/1/signal', { signal: 'SIGSEGV' });
+    const bad = await fixture.server.json('POST', '/commands/1/signal', { signal: 'SIGSEGV' });
     expect(bad.status).toBe(400);
     expect(bad.body.message).toMatch(/signal/);
-    const untracked = await server.json('POST', '/commands/4194303/signal', { signal: 'SIGTERM' });
+    const untracked = await fixture.server.json('POST', '/commands/4194303/signal', { signal: 'SIGTERM' });
     expect(untracked.status).toBe(404);
     expect(untracked.body.message).toMatch(/4194303/);
   });
@@ -112,24 +97,24 @@ describe('killing commands', () => {
   it('kills a foreground command\'s tree when the client goes away', async () => {
     const { marker, cmd } = treeCommand();
     const abort = new AbortController();
-    const request = server.call('POST', '/commands', { cmd }, { signal: abort.signal }).catch((error: unknown) => error);
+    const request = fixture.server.call('POST', '/commands', { cmd }, { signal: abort.signal }).catch((error: unknown) => error);
     await waitFor(allThreeRunning(marker), 10_000, 'the tree to start');
     abort.abort();
     expect(await request).toBeInstanceOf(Error);
     await waitFor(noneLeft(marker), 5_000, 'every process of the tree to be gone');
-    await waitFor(() => server.app.envd.processes.size === 0, 5_000, 'the command to be forgotten');
+    await waitFor(() => fixture.server.app.envd.processes.size === 0, 5_000, 'the command to be forgotten');
   });
 
   it('finishes a foreground command that leaves a daemon holding its output pipes, without killing the daemon', async () => {
     const marker = `envd-daemon-${randomBytes(4).toString('hex')}`;
-    markers.push(marker);
-    const { body } = await server.json('POST', '/commands', { cmd: `(exec -a ${marker} sleep 1000 &); echo started` });
+    fixture.markers.push(marker);
+    const { body } = await fixture.server.json('POST', '/commands', { cmd: `(exec -a ${marker} sleep 1000 &); echo started` });
     expect(body).toEqual({ stdout: 'started\n', stderr: '', exit_code: 0 });
     expect(findProcesses(marker)).toHaveLength(1);
   });
 
   it('leaves no zombie children behind', async () => {
-    await Promise.all(Array.from({ length: 10 }, () => server.json('POST', '/commands', { cmd: 'true' })));
+    await Promise.all(Array.from({ length: 10 }, () => fixture.server.json('POST', '/commands', { cmd: 'true' })));
     await waitFor(() => countZombieChildren() === 0, 5_000, 'no zombie children');
   });
 });

@@ -1,29 +1,15 @@
 import { randomBytes } from 'node:crypto';
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { findProcesses, waitFor } from '../helpers/proc.js';
-import { startServer, type TestServer } from '../helpers/server.js';
 import { collectEvents, readEvents, type SseEvent } from '../helpers/sse.js';
-import { commandUser } from '../helpers/command-user.js';
+import { useCommandServer } from '../helpers/command-user.js';
+import { startServer } from '../helpers/server.js';
 
-let server: TestServer;
-let fixture: Awaited<ReturnType<typeof commandUser>>;
-const markers: string[] = [];
-
-beforeAll(async () => {
-  fixture = await commandUser();
-  server = await startServer({ defaultUser: fixture.user.name });
-});
-afterEach(() => {
-  for (const marker of markers.splice(0)) for (const pid of findProcesses(marker)) process.kill(pid, 'SIGKILL');
-});
-afterAll(async () => {
-  await server?.close();
-  fixture?.remove();
-});
+const fixture = useCommandServer();
 
 const newMarker = () => {
   const suffix = randomBytes(4).toString('hex');
-  markers.push(`envd-stream-${suffix}`);
+  fixture.markers.push(`envd-stream-${suffix}`);
   // Assembled inside the sleeper only, so the shell's own command line does not match.
   return { marker: `envd-stream-${suffix}`, sleeper: `export P=envd-stream- S=${suffix}; bash -c 'exec -a "$P$S" sleep 1000'` };
 };
@@ -43,7 +29,7 @@ async function readUntil(iterator: AsyncGenerator<SseEvent>, until: (event: SseE
 
 describe('POST /commands/stream', () => {
   it('sends start { pid }, then stdout and stderr events in order, then exit, and ends', async () => {
-    const response = await server.call('POST', '/commands/stream', { cmd: 'echo one; sleep 0.2; echo two >&2; sleep 0.2; printf "thrée"; exit 4' });
+    const response = await fixture.server.call('POST', '/commands/stream', { cmd: 'echo one; sleep 0.2; echo two >&2; sleep 0.2; printf "thrée"; exit 4' });
     expect(response.status).toBe(200);
     expect(response.headers.get('content-type')).toMatch(/^text\/event-stream/);
     const events = await collectEvents(response);
@@ -54,11 +40,11 @@ describe('POST /commands/stream', () => {
       { event: 'stdout', data: { stream: 'stdout', data: 'thrée' } },
       { event: 'exit', data: { exit_code: 4 } },
     ]);
-    expect(server.app.envd.processes.get(events[0]!.data.pid)).toBeUndefined();
+    expect(fixture.server.app.envd.processes.get(events[0]!.data.pid)).toBeUndefined();
   });
 
   it('writes each event as one event: line and one JSON data: line', async () => {
-    const response = await server.call('POST', '/commands/stream', { cmd: 'printf "a\\nb\\r\\nc"' });
+    const response = await fixture.server.call('POST', '/commands/stream', { cmd: 'printf "a\\nb\\r\\nc"' });
     const text = await response.text();
     for (const block of text.split('\n\n').filter(Boolean)) {
       const lines = block.split('\n');
@@ -76,7 +62,7 @@ describe('POST /commands/stream', () => {
       [{ cmd: '' }, 400],
       [{ cmd: 'true', background: true }, 400],
     ] as const) {
-      const response = await server.call('POST', '/commands/stream', body);
+      const response = await fixture.server.call('POST', '/commands/stream', body);
       expect(response.status).toBe(status);
       expect(response.headers.get('content-type')).toMatch(/application\/json/);
       expect((await response.json()).message).toEqual(expect.any(String));
@@ -84,7 +70,7 @@ describe('POST /commands/stream', () => {
   });
 
   it('streams 10 MB exactly', async () => {
-    const events = await collectEvents(await server.call('POST', '/commands/stream', { cmd: 'head -c 10000000 /dev/zero | tr "\\0" "b"' }));
+    const events = await collectEvents(await fixture.server.call('POST', '/commands/stream', { cmd: 'head -c 10000000 /dev/zero | tr "\\0" "b"' }));
     const stdout = stdoutOf(events);
     expect(stdout.length).toBe(10_000_000);
     expect(/^b+$/.test(stdout)).toBe(true);
@@ -92,36 +78,36 @@ describe('POST /commands/stream', () => {
   });
 
   it('keeps a character split across two writes whole and turns broken UTF-8 into U+FFFD', async () => {
-    const events = await collectEvents(await server.call('POST', '/commands/stream', { cmd: `printf '\\360\\237'; sleep 0.3; printf '\\230\\200 \\377'` }));
+    const events = await collectEvents(await fixture.server.call('POST', '/commands/stream', { cmd: `printf '\\360\\237'; sleep 0.3; printf '\\230\\200 \\377'` }));
     expect(stdoutOf(events)).toBe('😀 \uFFFD');
   });
 
   it('reports a timeout in the exit event', async () => {
-    const events = await collectEvents(await server.call('POST', '/commands/stream', { cmd: 'echo hi; sleep 1000', timeout: 0.5 }));
+    const events = await collectEvents(await fixture.server.call('POST', '/commands/stream', { cmd: 'echo hi; sleep 1000', timeout: 0.5 }));
     expect(events.at(-1)).toEqual({ event: 'exit', data: { exit_code: 124, timed_out: true } });
   });
 
   it('kills the command when the client disconnects', async () => {
     const { marker, sleeper } = newMarker();
     const abort = new AbortController();
-    const response = await server.call('POST', '/commands/stream', { cmd: `echo started; ${sleeper}` }, { signal: abort.signal });
+    const response = await fixture.server.call('POST', '/commands/stream', { cmd: `echo started; ${sleeper}` }, { signal: abort.signal });
     const events = readEvents(response);
     await readUntil(events, (e) => e.event === 'stdout');
     await waitFor(() => findProcesses(marker).length === 1, 10_000, 'the command to start');
     abort.abort();
     await waitFor(() => findProcesses(marker).length === 0, 5_000, 'the command to be killed');
-    await waitFor(() => server.app.envd.processes.size === 0, 5_000, 'the command to be forgotten');
+    await waitFor(() => fixture.server.app.envd.processes.size === 0, 5_000, 'the command to be forgotten');
   });
 });
 
 describe('GET /commands/{pid}/stream (attach)', () => {
   it('replays what was kept, then follows live output; several attachers; leaving does not kill', async () => {
-    const { body: started } = await server.json('POST', '/commands', {
+    const { body: started } = await fixture.server.json('POST', '/commands', {
       cmd: 'echo one; read line; echo "got $line"; echo bye >&2',
       background: true,
       stdin: true,
     });
-    const first = readEvents(await server.call('GET', `/commands/${started.pid}/stream`));
+    const first = readEvents(await fixture.server.call('GET', `/commands/${started.pid}/stream`));
     const firstSeen = await readUntil(first, (e) => e.event === 'stdout');
     expect(firstSeen).toEqual([
       { event: 'start', data: { pid: started.pid } },
@@ -129,21 +115,21 @@ describe('GET /commands/{pid}/stream (attach)', () => {
     ]);
 
     // A late attacher gets the kept "one" replayed.
-    const second = readEvents(await server.call('GET', `/commands/${started.pid}/stream`));
+    const second = readEvents(await fixture.server.call('GET', `/commands/${started.pid}/stream`));
     expect(await readUntil(second, (e) => e.event === 'stdout')).toEqual(firstSeen);
 
     // An attacher that leaves does not kill the process.
     const abort = new AbortController();
-    const third = readEvents(await server.call('GET', `/commands/${started.pid}/stream`, undefined, { signal: abort.signal }));
+    const third = readEvents(await fixture.server.call('GET', `/commands/${started.pid}/stream`, undefined, { signal: abort.signal }));
     await readUntil(third, (e) => e.event === 'stdout');
-    const proc = server.app.envd.processes.get(started.pid)!;
+    const proc = fixture.server.app.envd.processes.get(started.pid)!;
     expect(proc.subscriberCount).toBe(3);
     abort.abort();
     // Its subscription is dropped (no leak), and the process runs on.
     await waitFor(() => proc.subscriberCount === 2, 5_000, 'the attacher to be unsubscribed');
     expect(proc.running).toBe(true);
 
-    await server.json('POST', `/commands/${started.pid}/stdin`, { data: 'two\n' });
+    await fixture.server.json('POST', `/commands/${started.pid}/stdin`, { data: 'two\n' });
     const live = [
       { event: 'stdout', data: { stream: 'stdout', data: 'got two\n' } },
       { event: 'stderr', data: { stream: 'stderr', data: 'bye\n' } },
@@ -157,13 +143,13 @@ describe('GET /commands/{pid}/stream (attach)', () => {
     expect(await rest(first)).toEqual(live);
     expect(await rest(second)).toEqual(live);
     expect(proc.subscriberCount).toBe(0);
-    expect((await server.json('GET', `/commands/${started.pid}/wait`)).body).toEqual({ stdout: 'one\ngot two\n', stderr: 'bye\n', exit_code: 0 });
+    expect((await fixture.server.json('GET', `/commands/${started.pid}/wait`)).body).toEqual({ stdout: 'one\ngot two\n', stderr: 'bye\n', exit_code: 0 });
   });
 
   it('replays everything and the exit of a finished background command', async () => {
-    const { body: started } = await server.json('POST', '/commands', { cmd: 'echo done', background: true });
-    await waitFor(() => server.app.envd.processes.get(started.pid)?.running === false, 5_000, 'the command to finish');
-    const events = await collectEvents(await server.call('GET', `/commands/${started.pid}/stream`));
+    const { body: started } = await fixture.server.json('POST', '/commands', { cmd: 'echo done', background: true });
+    await waitFor(() => fixture.server.app.envd.processes.get(started.pid)?.running === false, 5_000, 'the command to finish');
+    const events = await collectEvents(await fixture.server.call('GET', `/commands/${started.pid}/stream`));
     expect(events).toEqual([
       { event: 'start', data: { pid: started.pid } },
       { event: 'stdout', data: { stream: 'stdout', data: 'done\n' } },
@@ -188,11 +174,11 @@ describe('GET /commands/{pid}/stream (attach)', () => {
   });
 
   it('answers 404 for an untracked pid and 400 for a pid that is not an integer', async () => {
-    const untracked = await server.json('GET', '/commands/4194303/stream');
+    const untracked = await fixture.server.json('GET', '/commands/4194303/stream');
     expect(untracked.status).toBe(404);
     expect(untracked.body.message).toMatch(/not tracked/);
     for (const pid of ['abc', '1e99', '0x10', '-1', '0', '1.5']) {
-      const bad = await server.json('GET', `/commands/${pid}/stream`);
+      const bad = await fixture.server.json('GET', `/commands/${pid}/stream`);
       expect(bad.status, pid).toBe(400);
       expect(bad.body.message).toMatch(/pid/);
     }
@@ -203,7 +189,7 @@ describe('keep-alive', () => {
   it('sends a comment line during 15 s of silence', { timeout: 40_000 }, async () => {
     const { sleeper } = newMarker();
     const abort = new AbortController();
-    const response = await server.call('POST', '/commands/stream', { cmd: sleeper }, { signal: abort.signal });
+    const response = await fixture.server.call('POST', '/commands/stream', { cmd: sleeper }, { signal: abort.signal });
     const iterator = readEvents(response);
     await readUntil(iterator, (e) => e.event === 'start');
     const next = await iterator.next();

@@ -1,49 +1,40 @@
 import { createHash, randomBytes } from 'node:crypto';
-import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { request } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { isTempName } from '../../src/files/atomic-write.js';
 import { UPLOAD_LIMIT } from '../../src/files/upload.js';
 import { isRoot, putRaw, sh, zeros } from '../helpers/files.js';
 import { countFds, waitFor } from '../helpers/proc.js';
-import { startServer, type TestServer } from '../helpers/server.js';
+import { useScratchServer } from '../helpers/scratch-server.js';
 
-let server: TestServer;
-let dir: string;
-beforeAll(async () => {
-  server = await startServer();
-});
-afterAll(async () => server.close());
-beforeEach(() => {
-  dir = mkdtempSync(join(tmpdir(), 'envd-raw-'));
-});
-afterEach(() => rmSync(dir, { recursive: true, force: true }));
+const scratch = useScratchServer('envd-raw-');
 
 const sha256 = (bytes: Uint8Array) => createHash('sha256').update(bytes).digest('hex');
 const q = (path: string) => `path=${encodeURIComponent(path)}`;
 const temps = (d: string) => readdirSync(d).filter(isTempName);
 const upload = (path: string, body: Buffer, type = 'application/octet-stream') =>
-  server.call('PUT', `/files/raw?${q(path)}`, undefined, { body: new Uint8Array(body), headers: { 'content-type': type } });
+  scratch.server.call('PUT', `/files/raw?${q(path)}`, undefined, { body: new Uint8Array(body), headers: { 'content-type': type } });
 
 describe('PUT /files/raw and GET /files/raw', () => {
   it('round-trips random bytes exactly, creating parent directories', async () => {
     const bytes = randomBytes(3 * 1024 * 1024 + 17);
-    const target = join(dir, 'a/b/c.bin');
+    const target = join(scratch.dir, 'a/b/c.bin');
     const put = await upload(target, bytes);
     expect(put.status).toBe(200);
     expect(await put.json()).toEqual({ path: target, size: bytes.length });
-    const got = await server.call('GET', `/files/raw?${q(target)}`);
+    const got = await scratch.server.call('GET', `/files/raw?${q(target)}`);
     expect(got.status).toBe(200);
     expect(got.headers.get('content-type')).toBe('application/octet-stream');
     expect(got.headers.get('content-length')).toBe(String(bytes.length));
     expect(sha256(new Uint8Array(await got.arrayBuffer()))).toBe(sha256(bytes));
-    expect(temps(join(dir, 'a/b'))).toEqual([]);
+    expect(temps(join(scratch.dir, 'a/b'))).toEqual([]);
   });
 
   it('replaces an existing file and keeps its permissions', async () => {
-    const target = join(dir, 'run.sh');
+    const target = join(scratch.dir, 'run.sh');
     writeFileSync(target, 'old', { mode: 0o755 });
     expect((await upload(target, Buffer.from('#!/bin/sh\necho new\n'))).status).toBe(200);
     expect(readFileSync(target, 'utf8')).toContain('echo new');
@@ -51,41 +42,41 @@ describe('PUT /files/raw and GET /files/raw', () => {
   });
 
   it('answers a single Range with 206 and Content-Range, and an unsatisfiable one with 416', async () => {
-    const target = join(dir, 'r.bin');
+    const target = join(scratch.dir, 'r.bin');
     const bytes = randomBytes(1000);
     writeFileSync(target, bytes);
     const cases: [string, number, number][] = [['bytes=10-19', 10, 19], ['bytes=990-', 990, 999], ['bytes=-5', 995, 999], ['bytes=995-5000', 995, 999]];
     for (const [range, start, end] of cases) {
-      const response = await server.call('GET', `/files/raw?${q(target)}`, undefined, { headers: { range } });
+      const response = await scratch.server.call('GET', `/files/raw?${q(target)}`, undefined, { headers: { range } });
       expect(response.status, range).toBe(206);
       expect(response.headers.get('content-range')).toBe(`bytes ${start}-${end}/1000`);
       expect(response.headers.get('content-length')).toBe(String(end - start + 1));
       expect(Buffer.from(await response.arrayBuffer()).equals(bytes.subarray(start, end + 1))).toBe(true);
     }
-    const past = await server.call('GET', `/files/raw?${q(target)}`, undefined, { headers: { range: 'bytes=1000-' } });
+    const past = await scratch.server.call('GET', `/files/raw?${q(target)}`, undefined, { headers: { range: 'bytes=1000-' } });
     expect(past.status).toBe(416);
     expect(past.headers.get('content-range')).toBe('bytes */1000');
     expect((await past.json()).message).toMatch(/outside the file/);
-    const several = await server.call('GET', `/files/raw?${q(target)}`, undefined, { headers: { range: 'bytes=0-1,5-6' } });
+    const several = await scratch.server.call('GET', `/files/raw?${q(target)}`, undefined, { headers: { range: 'bytes=0-1,5-6' } });
     expect(several.status).toBe(200);
     expect((await several.arrayBuffer()).byteLength).toBe(1000);
   });
 
   it('answers a missing file with 404 and a directory with 400', async () => {
-    const missing = await server.json('GET', `/files/raw?${q(join(dir, 'nope'))}`);
+    const missing = await scratch.server.json('GET', `/files/raw?${q(join(scratch.dir, 'nope'))}`);
     expect(missing.status).toBe(404);
     expect(missing.body.message).toMatch(/nope: no such file/);
-    const directory = await server.json('GET', `/files/raw?${q(dir)}`);
+    const directory = await scratch.server.json('GET', `/files/raw?${q(scratch.dir)}`);
     expect(directory.status).toBe(400);
     expect(directory.body.message).toMatch(/is a directory/);
   });
 
   it('closes the file when a client abandons a download halfway', async () => {
-    const target = join(dir, 'large.bin');
+    const target = join(scratch.dir, 'large.bin');
     writeFileSync(target, Buffer.alloc(64 * 1024 * 1024));
     const fdsBefore = countFds();
     const controller = new AbortController();
-    const response = await server.call('GET', `/files/raw?${q(target)}`, undefined, { signal: controller.signal });
+    const response = await scratch.server.call('GET', `/files/raw?${q(target)}`, undefined, { signal: controller.signal });
     const reader = response.body!.getReader();
     await reader.read();
     controller.abort();
@@ -94,7 +85,7 @@ describe('PUT /files/raw and GET /files/raw', () => {
   });
 
   it('refuses any content type but application/octet-stream with 400, writing nothing', async () => {
-    const target = join(dir, 'typed.txt');
+    const target = join(scratch.dir, 'typed.txt');
     for (const type of ['application/json', 'text/plain', 'multipart/form-data; boundary=x']) {
       const response = await upload(target, Buffer.from('{"a":1}'), type);
       expect(response.status, type).toBe(400);
@@ -104,46 +95,46 @@ describe('PUT /files/raw and GET /files/raw', () => {
   });
 
   it('refuses relative and NUL paths and unknown users with 400', async () => {
-    for (const query of ['path=relative/x', `path=${encodeURIComponent(`${dir}/a\0b`)}`, `${q(join(dir, 'u'))}&username=no-such-user-envd`]) {
-      const response = await server.call('PUT', `/files/raw?${query}`, undefined, { body: 'x', headers: { 'content-type': 'application/octet-stream' } });
+    for (const query of ['path=relative/x', `path=${encodeURIComponent(`${scratch.dir}/a\0b`)}`, `${q(join(scratch.dir, 'u'))}&username=no-such-user-envd`]) {
+      const response = await scratch.server.call('PUT', `/files/raw?${query}`, undefined, { body: 'x', headers: { 'content-type': 'application/octet-stream' } });
       expect(response.status, query).toBe(400);
       expect((await response.json()).message).toMatch(/path: must|username: unknown user/);
     }
-    expect(readdirSync(dir)).toEqual([]);
+    expect(readdirSync(scratch.dir)).toEqual([]);
   });
 
   it('refuses a declared Content-Length over the limit with 413 before reading, writing nothing', async () => {
-    const target = join(dir, 'huge.bin');
+    const target = join(scratch.dir, 'huge.bin');
     writeFileSync(target, 'old');
-    const result = await putRaw(server.url, server.token, q(target), Buffer.from('tiny'), { 'content-length': String(UPLOAD_LIMIT + 1) });
+    const result = await putRaw(scratch.server.url, scratch.server.token, q(target), Buffer.from('tiny'), { 'content-length': String(UPLOAD_LIMIT + 1) });
     expect(result.status).toBe(413);
     expect(result.body.message).toMatch(/500 MiB/);
     expect(readFileSync(target, 'utf8')).toBe('old');
-    expect(temps(dir)).toEqual([]);
+    expect(temps(scratch.dir)).toEqual([]);
   });
 
   it('fails a chunked body with 413 the moment it passes the limit, leaving the old file and no temp', async () => {
-    const target = join(dir, 'chunked.bin');
+    const target = join(scratch.dir, 'chunked.bin');
     writeFileSync(target, 'old');
-    const result = await putRaw(server.url, server.token, q(target), zeros(UPLOAD_LIMIT + 1));
+    const result = await putRaw(scratch.server.url, scratch.server.token, q(target), zeros(UPLOAD_LIMIT + 1));
     expect(result.status).toBe(413);
     expect(readFileSync(target, 'utf8')).toBe('old');
-    await waitFor(() => temps(dir).length === 0, 5_000, 'temp removed');
+    await waitFor(() => temps(scratch.dir).length === 0, 5_000, 'temp removed');
   }, 120_000);
 
   it('removes the temp file and keeps the old file when the client aborts mid-body, leaking no fd', async () => {
-    const target = join(dir, 'aborted.bin');
+    const target = join(scratch.dir, 'aborted.bin');
     writeFileSync(target, 'old');
     const fdsBefore = countFds();
-    const req = request(`${server.url}/files/raw?${q(target)}`, {
+    const req = request(`${scratch.server.url}/files/raw?${q(target)}`, {
       method: 'PUT',
-      headers: { authorization: `Bearer ${server.token}`, 'content-type': 'application/octet-stream', 'content-length': String(10 * 1024 * 1024) },
+      headers: { authorization: `Bearer ${scratch.server.token}`, 'content-type': 'application/octet-stream', 'content-length': String(10 * 1024 * 1024) },
     });
     req.on('error', () => {});
     req.write(Buffer.alloc(256 * 1024));
-    await waitFor(() => temps(dir).length === 1, 5_000, 'the temp file to appear');
+    await waitFor(() => temps(scratch.dir).length === 1, 5_000, 'the temp file to appear');
     req.destroy();
-    await waitFor(() => temps(dir).length === 0, 5_000, 'the temp file to be removed');
+    await waitFor(() => temps(scratch.dir).length === 0, 5_000, 'the temp file to be removed');
     expect(readFileSync(target, 'utf8')).toBe('old');
     await waitFor(() => countFds() <= fdsBefore, 5_000, 'fds back to where they were');
   });

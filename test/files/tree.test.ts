@@ -1,36 +1,26 @@
-import { lstatSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { lstatSync, mkdirSync, readFileSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { MAX_LIST_DEPTH } from '../../src/files/schemas.js';
-import { startServer, type TestServer } from '../helpers/server.js';
+import { useScratchServer } from '../helpers/scratch-server.js';
 
-let server: TestServer;
-let dir: string;
-beforeAll(async () => {
-  server = await startServer();
-});
-afterAll(async () => server.close());
-beforeEach(() => {
-  dir = mkdtempSync(join(tmpdir(), 'envd-tree-'));
-});
-afterEach(() => rmSync(dir, { recursive: true, force: true }));
+const scratch = useScratchServer('envd-tree-');
 
 const q = (path: string) => `path=${encodeURIComponent(path)}`;
 
 describe('exists, info and list', () => {
   it('says a file, a directory and a dangling symlink exist, and a missing path does not', async () => {
-    writeFileSync(join(dir, 'f'), 'x');
-    symlinkSync(join(dir, 'nowhere'), join(dir, 'dangling'));
+    writeFileSync(join(scratch.dir, 'f'), 'x');
+    symlinkSync(join(scratch.dir, 'nowhere'), join(scratch.dir, 'dangling'));
     for (const [name, exists] of [['f', true], ['', true], ['dangling', true], ['nope', false], ['f/under-a-file', false]] as const) {
-      expect((await server.json('GET', `/files/exists?${q(join(dir, name))}`)).body, name).toEqual({ exists });
+      expect((await scratch.server.json('GET', `/files/exists?${q(join(scratch.dir, name))}`)).body, name).toEqual({ exists });
     }
   });
 
   it('describes a file with mode, permissions, owner, group and an ISO time', async () => {
-    const file = join(dir, 'f.txt');
+    const file = join(scratch.dir, 'f.txt');
     writeFileSync(file, 'hello', { mode: 0o640 });
-    const { status, body } = await server.json('GET', `/files/info?${q(file)}`);
+    const { status, body } = await scratch.server.json('GET', `/files/info?${q(file)}`);
     expect(status).toBe(200);
     expect(body).toEqual({
       name: 'f.txt',
@@ -44,92 +34,92 @@ describe('exists, info and list', () => {
       modified_at: statSync(file).mtime.toISOString(),
     });
     if (process.getuid?.() === 0) expect([body.owner, body.group]).toEqual(['root', 'root']);
-    const directory = (await server.json('GET', `/files/info?${q(dir)}`)).body;
+    const directory = (await scratch.server.json('GET', `/files/info?${q(scratch.dir)}`)).body;
     expect(directory).toMatchObject({ type: 'dir', size: 0, permissions: expect.stringMatching(/^d/) });
   });
 
   it('describes a dangling symlink without following it, and 404s a missing path', async () => {
-    const link = join(dir, 'dangling');
+    const link = join(scratch.dir, 'dangling');
     symlinkSync('/no/such/target', link);
-    const { status, body } = await server.json('GET', `/files/info?${q(link)}`);
+    const { status, body } = await scratch.server.json('GET', `/files/info?${q(link)}`);
     expect(status).toBe(200);
     expect(body).toMatchObject({ name: 'dangling', type: 'symlink', symlink_target: '/no/such/target', permissions: expect.stringMatching(/^l/) });
-    expect((await server.json('GET', `/files/info?${q(join(dir, 'nope'))}`)).status).toBe(404);
+    expect((await scratch.server.json('GET', `/files/info?${q(join(scratch.dir, 'nope'))}`)).status).toBe(404);
   });
 
   it('lists down to the requested depth, sorted by path, without following symlinked directories', async () => {
-    mkdirSync(join(dir, 'a/b/c'), { recursive: true });
-    writeFileSync(join(dir, 'a/b/c/deep.txt'), 'x');
-    writeFileSync(join(dir, 'a/one.txt'), 'x');
-    writeFileSync(join(dir, 'z.txt'), 'x');
-    symlinkSync(join(dir, 'a'), join(dir, 'link-to-a'));
-    symlinkSync('/nowhere', join(dir, 'dangling'));
+    mkdirSync(join(scratch.dir, 'a/b/c'), { recursive: true });
+    writeFileSync(join(scratch.dir, 'a/b/c/deep.txt'), 'x');
+    writeFileSync(join(scratch.dir, 'a/one.txt'), 'x');
+    writeFileSync(join(scratch.dir, 'z.txt'), 'x');
+    symlinkSync(join(scratch.dir, 'a'), join(scratch.dir, 'link-to-a'));
+    symlinkSync('/nowhere', join(scratch.dir, 'dangling'));
     const paths = async (depth?: number) => {
-      const { status, body } = await server.json('GET', `/files/list?${q(dir)}${depth ? `&depth=${depth}` : ''}`);
+      const { status, body } = await scratch.server.json('GET', `/files/list?${q(scratch.dir)}${depth ? `&depth=${depth}` : ''}`);
       expect(status).toBe(200);
-      return body.entries.map((e: { path: string }) => e.path.slice(dir.length + 1));
+      return body.entries.map((e: { path: string }) => e.path.slice(scratch.dir.length + 1));
     };
     expect(await paths()).toEqual(['a', 'dangling', 'link-to-a', 'z.txt']);
     expect(await paths(2)).toEqual(['a', 'a/b', 'a/one.txt', 'dangling', 'link-to-a', 'z.txt']);
     expect(await paths(3)).toEqual(['a', 'a/b', 'a/b/c', 'a/one.txt', 'dangling', 'link-to-a', 'z.txt']);
     expect(await paths(4)).toContain('a/b/c/deep.txt');
-    const entries = (await server.json('GET', `/files/list?${q(dir)}`)).body.entries;
-    expect(entries.find((e: { name: string }) => e.name === 'link-to-a')).toMatchObject({ type: 'symlink', symlink_target: join(dir, 'a') });
+    const entries = (await scratch.server.json('GET', `/files/list?${q(scratch.dir)}`)).body.entries;
+    expect(entries.find((e: { name: string }) => e.name === 'link-to-a')).toMatchObject({ type: 'symlink', symlink_target: join(scratch.dir, 'a') });
   });
 
   it('refuses a depth below 1, above the maximum or not an integer with 400; 404 missing; 400 a file', async () => {
     for (const depth of ['0', String(MAX_LIST_DEPTH + 1), '1.5', 'x']) {
-      const { status, body } = await server.json('GET', `/files/list?${q(dir)}&depth=${depth}`);
+      const { status, body } = await scratch.server.json('GET', `/files/list?${q(scratch.dir)}&depth=${depth}`);
       expect(status, depth).toBe(400);
       expect(body.message).toMatch(/depth/);
     }
-    expect((await server.json('GET', `/files/list?${q(dir)}&depth=${MAX_LIST_DEPTH}`)).status).toBe(200);
-    expect((await server.json('GET', `/files/list?${q(join(dir, 'nope'))}`)).status).toBe(404);
-    writeFileSync(join(dir, 'f'), 'x');
-    expect((await server.json('GET', `/files/list?${q(join(dir, 'f'))}`)).status).toBe(400);
+    expect((await scratch.server.json('GET', `/files/list?${q(scratch.dir)}&depth=${MAX_LIST_DEPTH}`)).status).toBe(200);
+    expect((await scratch.server.json('GET', `/files/list?${q(join(scratch.dir, 'nope'))}`)).status).toBe(404);
+    writeFileSync(join(scratch.dir, 'f'), 'x');
+    expect((await scratch.server.json('GET', `/files/list?${q(join(scratch.dir, 'f'))}`)).status).toBe(400);
   });
 });
 
 describe('rename, mkdir and delete', () => {
   it('renames into a new parent and answers the entry info of the destination', async () => {
-    writeFileSync(join(dir, 'from.txt'), 'data');
-    const to = join(dir, 'new/parent/to.txt');
-    const { status, body } = await server.json('POST', '/files/rename', { from: join(dir, 'from.txt'), to });
+    writeFileSync(join(scratch.dir, 'from.txt'), 'data');
+    const to = join(scratch.dir, 'new/parent/to.txt');
+    const { status, body } = await scratch.server.json('POST', '/files/rename', { from: join(scratch.dir, 'from.txt'), to });
     expect(status).toBe(200);
     expect(body).toMatchObject({ name: 'to.txt', path: to, type: 'file', size: 4 });
     expect(readFileSync(to, 'utf8')).toBe('data');
-    const missing = await server.json('POST', '/files/rename', { from: join(dir, 'gone'), to: join(dir, 'x') });
+    const missing = await scratch.server.json('POST', '/files/rename', { from: join(scratch.dir, 'gone'), to: join(scratch.dir, 'x') });
     expect(missing.status).toBe(404);
-    expect(missing.body.message).toContain(join(dir, 'gone'));
+    expect(missing.body.message).toContain(join(scratch.dir, 'gone'));
   });
 
   it('makes a directory with its parents: created true, then false, and 409 over a file', async () => {
-    const path = join(dir, 'x/y/z');
-    expect(await server.json('POST', '/files/mkdir', { path })).toEqual({ status: 200, body: { path, created: true } });
+    const path = join(scratch.dir, 'x/y/z');
+    expect(await scratch.server.json('POST', '/files/mkdir', { path })).toEqual({ status: 200, body: { path, created: true } });
     expect(lstatSync(path).isDirectory()).toBe(true);
-    expect(await server.json('POST', '/files/mkdir', { path })).toEqual({ status: 200, body: { path, created: false } });
-    writeFileSync(join(dir, 'file'), 'x');
-    const over = await server.json('POST', '/files/mkdir', { path: join(dir, 'file') });
+    expect(await scratch.server.json('POST', '/files/mkdir', { path })).toEqual({ status: 200, body: { path, created: false } });
+    writeFileSync(join(scratch.dir, 'file'), 'x');
+    const over = await scratch.server.json('POST', '/files/mkdir', { path: join(scratch.dir, 'file') });
     expect(over.status).toBe(409);
     expect(over.body.message).toMatch(/not a directory/);
-    expect((await server.json('POST', '/files/mkdir', { path: join(dir, 'file/sub') })).status).toBe(400);
+    expect((await scratch.server.json('POST', '/files/mkdir', { path: join(scratch.dir, 'file/sub') })).status).toBe(400);
   });
 
   it('removes a whole tree, a symlink without its target, and says false when nothing is there', async () => {
-    mkdirSync(join(dir, 'tree/a/b'), { recursive: true });
-    writeFileSync(join(dir, 'tree/a/b/f'), 'x');
-    writeFileSync(join(dir, 'kept'), 'x');
-    symlinkSync(join(dir, 'kept'), join(dir, 'link'));
-    expect((await server.json('DELETE', `/files?${q(join(dir, 'tree'))}`)).body).toEqual({ removed: true });
-    expect((await server.json('DELETE', `/files?${q(join(dir, 'link'))}`)).body).toEqual({ removed: true });
-    expect(readFileSync(join(dir, 'kept'), 'utf8')).toBe('x');
-    expect((await server.json('GET', `/files/exists?${q(join(dir, 'tree'))}`)).body).toEqual({ exists: false });
-    expect((await server.json('DELETE', `/files?${q(join(dir, 'tree'))}`)).body).toEqual({ removed: false });
+    mkdirSync(join(scratch.dir, 'tree/a/b'), { recursive: true });
+    writeFileSync(join(scratch.dir, 'tree/a/b/f'), 'x');
+    writeFileSync(join(scratch.dir, 'kept'), 'x');
+    symlinkSync(join(scratch.dir, 'kept'), join(scratch.dir, 'link'));
+    expect((await scratch.server.json('DELETE', `/files?${q(join(scratch.dir, 'tree'))}`)).body).toEqual({ removed: true });
+    expect((await scratch.server.json('DELETE', `/files?${q(join(scratch.dir, 'link'))}`)).body).toEqual({ removed: true });
+    expect(readFileSync(join(scratch.dir, 'kept'), 'utf8')).toBe('x');
+    expect((await scratch.server.json('GET', `/files/exists?${q(join(scratch.dir, 'tree'))}`)).body).toEqual({ exists: false });
+    expect((await scratch.server.json('DELETE', `/files?${q(join(scratch.dir, 'tree'))}`)).body).toEqual({ removed: false });
   });
 
   it('refuses to remove /', async () => {
     for (const path of ['/', '/tmp/..', '//']) {
-      const { status, body } = await server.json('DELETE', `/files?${q(path)}`);
+      const { status, body } = await scratch.server.json('DELETE', `/files?${q(path)}`);
       expect(status).toBe(400);
       expect(body.message).toMatch(/refusing to remove \//);
     }
@@ -155,7 +145,7 @@ describe('path rules on every route', () => {
     it(`${method} ${route} refuses a relative path and a NUL byte with 400 naming the field`, async () => {
       for (const bad of ['relative/path', '/tmp/a\0b']) {
         const { query, body } = make(bad);
-        const { status, body: answer } = await server.json(method, query ? `${route}?${query}` : route, body);
+        const { status, body: answer } = await scratch.server.json(method, query ? `${route}?${query}` : route, body);
         expect(status, bad).toBe(400);
         expect(answer.message).toMatch(/^(path|from|to|files\[0\]\.path): must/);
       }
@@ -163,7 +153,7 @@ describe('path rules on every route', () => {
   }
 
   it('refuses a missing path field with 400 naming it', async () => {
-    const { status, body } = await server.json('GET', '/files/info');
+    const { status, body } = await scratch.server.json('GET', '/files/info');
     expect(status).toBe(400);
     expect(body.message).toMatch(/path/);
   });
