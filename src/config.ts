@@ -1,5 +1,6 @@
 import { readFileSync } from 'node:fs';
-import { isAbsolute } from 'node:path';
+import { homedir, tmpdir } from 'node:os';
+import { isAbsolute, join } from 'node:path';
 import { parseArgs } from 'node:util';
 
 export const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;
@@ -7,6 +8,21 @@ export type LogLevel = (typeof LOG_LEVELS)[number];
 
 export const DEFAULT_PORT = 49983;
 export const DEFAULT_MAX_OUTPUT_BYTES = 64 * 1024 * 1024;
+export const DEFAULT_OUTPUT_MEMORY_BYTES = 32 * 1024 * 1024;
+export const DEFAULT_MAX_SPOOL_BYTES = 1024 * 1024 * 1024;
+
+/**
+ * Where envd keeps what must outlive it: the state dir on tmpfs (survives a
+ * restart of envd, not a reboot), the spool on a disk file system (never tmpfs
+ * by default: spooled output must not take the memory the budget protects).
+ * Root gets the system places; anyone else a per-user place.
+ */
+export function defaultDirs(uid: number, env: NodeJS.ProcessEnv): { stateDir: string; spoolDir: string } {
+  if (uid === 0) return { stateDir: '/run/envd', spoolDir: '/var/lib/envd/spool' };
+  const runtime = env.XDG_RUNTIME_DIR && isAbsolute(env.XDG_RUNTIME_DIR) ? env.XDG_RUNTIME_DIR : join(tmpdir(), `envd-${uid}`);
+  const cache = env.XDG_CACHE_HOME && isAbsolute(env.XDG_CACHE_HOME) ? env.XDG_CACHE_HOME : join(homedir(), '.cache');
+  return { stateDir: join(runtime, 'envd'), spoolDir: join(cache, 'envd', 'spool') };
+}
 
 export interface Config {
   readonly host: string;
@@ -17,6 +33,14 @@ export interface Config {
   readonly defaultUser: string | undefined;
   readonly defaultWorkdir: string | undefined;
   readonly maxOutputBytes: number;
+  /** All kept output of all commands held in memory (the state dir's tmpfs), together. */
+  readonly outputMemoryBytes: number;
+  /** Kept output past the memory budget goes here, on disk. */
+  readonly spoolDir: string;
+  /** All spooled output together; past it output is dropped and marked truncated. */
+  readonly maxSpoolBytes: number;
+  /** What a restarted envd needs to re-adopt its commands (tmpfs: survives a restart, not a reboot). */
+  readonly stateDir: string;
   readonly logLevel: LogLevel;
 }
 
@@ -30,6 +54,7 @@ export class ConfigError extends Error {
 export const HELP = `envd — the daemon inside a sandbox VM
 
 Usage: envd [options]
+       envd shell [--url URL] [--token T] [--user U] [--cwd DIR] [-- CMD...]   (see envd shell --help)
 
 Options (each also read from the environment variable shown):
   --host <addr>               ENVD_HOST               listen address (default 0.0.0.0)
@@ -40,6 +65,12 @@ Options (each also read from the environment variable shown):
   --default-user <name>       ENVD_DEFAULT_USER       Unix user for commands and files (default: the user envd runs as)
   --default-workdir <path>    ENVD_DEFAULT_WORKDIR    working directory for commands (default: the user's home)
   --max-output-bytes <n>      ENVD_MAX_OUTPUT_BYTES   output kept per stream per command (default ${DEFAULT_MAX_OUTPUT_BYTES})
+  --output-memory-bytes <n>   ENVD_OUTPUT_MEMORY_BYTES  kept output of all commands held in memory (default ${DEFAULT_OUTPUT_MEMORY_BYTES})
+  --spool-dir <path>          ENVD_SPOOL_DIR          kept output past the memory budget, on disk
+                                                      (default /var/lib/envd/spool as root, else ~/.cache/envd/spool)
+  --max-spool-bytes <n>       ENVD_MAX_SPOOL_BYTES    all spooled output together (default ${DEFAULT_MAX_SPOOL_BYTES})
+  --state-dir <path>          ENVD_STATE_DIR          what a restarted envd re-adopts its commands from
+                                                      (default /run/envd as root, else $XDG_RUNTIME_DIR/envd)
   --log-level <level>         ENVD_LOG_LEVEL          ${LOG_LEVELS.join('|')} (default info)
   --help                      print this help and exit
   --version                   print the version and exit
@@ -52,6 +83,10 @@ const OPTIONS = {
   'default-user': { type: 'string', env: 'ENVD_DEFAULT_USER' },
   'default-workdir': { type: 'string', env: 'ENVD_DEFAULT_WORKDIR' },
   'max-output-bytes': { type: 'string', env: 'ENVD_MAX_OUTPUT_BYTES' },
+  'output-memory-bytes': { type: 'string', env: 'ENVD_OUTPUT_MEMORY_BYTES' },
+  'spool-dir': { type: 'string', env: 'ENVD_SPOOL_DIR' },
+  'max-spool-bytes': { type: 'string', env: 'ENVD_MAX_SPOOL_BYTES' },
+  'state-dir': { type: 'string', env: 'ENVD_STATE_DIR' },
   'log-level': { type: 'string', env: 'ENVD_LOG_LEVEL' },
   help: { type: 'boolean' },
   version: { type: 'boolean' },
@@ -85,6 +120,23 @@ export function parseCli(argv: string[], env: NodeJS.ProcessEnv): CliAction {
 
   const maxOutput = parseInteger(read('max-output-bytes') ?? String(DEFAULT_MAX_OUTPUT_BYTES), 1, Number.MAX_SAFE_INTEGER);
   if (maxOutput === undefined) problems.push(`${describe('max-output-bytes')} must be a positive integer, got ${JSON.stringify(read('max-output-bytes'))}`);
+
+  const byteOption = (name: 'output-memory-bytes' | 'max-spool-bytes', fallback: number, min: number) => {
+    const value = parseInteger(read(name) ?? String(fallback), min, Number.MAX_SAFE_INTEGER);
+    if (value === undefined) problems.push(`${describe(name)} must be an integer of at least ${min}, got ${JSON.stringify(read(name))}`);
+    return value;
+  };
+  // 0 is allowed: no memory tier (everything kept goes to the spool), or no spool (kept output stops at the memory budget).
+  const outputMemory = byteOption('output-memory-bytes', DEFAULT_OUTPUT_MEMORY_BYTES, 0);
+  const maxSpool = byteOption('max-spool-bytes', DEFAULT_MAX_SPOOL_BYTES, 0);
+  const dirs = defaultDirs(process.getuid?.() ?? 0, env);
+  const dirOption = (name: 'spool-dir' | 'state-dir', fallback: string) => {
+    const value = read(name) ?? fallback;
+    if (!isAbsolute(value)) problems.push(`${describe(name)} must be an absolute path, got ${JSON.stringify(value)}`);
+    return value;
+  };
+  const spoolDir = dirOption('spool-dir', dirs.spoolDir);
+  const stateDir = dirOption('state-dir', dirs.stateDir);
 
   const logLevel = read('log-level') ?? 'info';
   if (!(LOG_LEVELS as readonly string[]).includes(logLevel)) problems.push(`${describe('log-level')} must be one of ${LOG_LEVELS.join(', ')}, got ${JSON.stringify(logLevel)}`);
@@ -122,6 +174,10 @@ export function parseCli(argv: string[], env: NodeJS.ProcessEnv): CliAction {
       defaultUser: read('default-user'),
       defaultWorkdir: workdir,
       maxOutputBytes: maxOutput!,
+      outputMemoryBytes: outputMemory!,
+      spoolDir,
+      maxSpoolBytes: maxSpool!,
+      stateDir,
       logLevel: logLevel as LogLevel,
     }),
   };

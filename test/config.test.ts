@@ -2,7 +2,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { ConfigError, DEFAULT_MAX_OUTPUT_BYTES, parseCli } from '../src/config.js';
+import { ConfigError, DEFAULT_MAX_OUTPUT_BYTES, defaultDirs, parseCli } from '../src/config.js';
 
 // One scratch directory for the whole file, removed at the end.
 const scratch = mkdtempSync(join(tmpdir(), 'envd-config-'));
@@ -29,8 +29,28 @@ describe('parseCli', () => {
     expect(run([])).toEqual({
       host: '0.0.0.0', port: 49983, accessToken: undefined, accessTokenFile: undefined, defaultUser: undefined,
       defaultWorkdir: undefined, maxOutputBytes: DEFAULT_MAX_OUTPUT_BYTES, logLevel: 'info',
+      outputMemoryBytes: 33554432, maxSpoolBytes: 1073741824, ...defaultDirs(process.getuid!(), {}),
     });
     expect(DEFAULT_MAX_OUTPUT_BYTES).toBe(67108864);
+  });
+
+  it('keeps state in /run/envd and spools to /var/lib/envd/spool as root, and per user otherwise', () => {
+    expect(defaultDirs(0, {})).toEqual({ stateDir: '/run/envd', spoolDir: '/var/lib/envd/spool' });
+    expect(defaultDirs(1000, { XDG_RUNTIME_DIR: '/run/user/1000', XDG_CACHE_HOME: '/home/a/.cache' })).toEqual({
+      stateDir: '/run/user/1000/envd',
+      spoolDir: '/home/a/.cache/envd/spool',
+    });
+  });
+
+  it('reads the output budgets and the directories, and refuses bad ones', () => {
+    const env = { ENVD_OUTPUT_MEMORY_BYTES: '1024', ENVD_MAX_SPOOL_BYTES: '0', ENVD_SPOOL_DIR: '/srv/spool', ENVD_STATE_DIR: '/srv/state' };
+    expect(run([], env)).toMatchObject({ outputMemoryBytes: 1024, maxSpoolBytes: 0, spoolDir: '/srv/spool', stateDir: '/srv/state' });
+    const found = problems(['--output-memory-bytes=-5', '--max-spool-bytes', '1.5', '--spool-dir', 'rel', '--state-dir', 'rel']);
+    expect(found).toHaveLength(4);
+    expect(found.join('\n')).toMatch(/--output-memory-bytes.*-5/);
+    expect(found.join('\n')).toMatch(/--max-spool-bytes.*1\.5/);
+    expect(found.join('\n')).toMatch(/--spool-dir.*absolute/);
+    expect(found.join('\n')).toMatch(/--state-dir.*absolute/);
   });
 
   it('reads every option from its environment variable, and flags win over it', () => {
