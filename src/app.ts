@@ -64,7 +64,7 @@ export async function buildApp({ config, logger, state = new SandboxState(config
     reply.code(404).send({ message: `no route for ${request.method} ${request.url.split('?')[0]}` });
   });
 
-  const processes = new ProcessRegistry(config, logger.child({ feature: 'commands' }));
+  const processes = await ProcessRegistry.open(config, logger.child({ feature: 'commands' }));
   app.addHook('onClose', async () => processes.killAll());
 
   app.addHook('onRequest', async (request, reply) => {

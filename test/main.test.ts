@@ -1,7 +1,7 @@
 import { spawnSync } from 'node:child_process';
 import { copyFileSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { startEnvdProcess } from './helpers/proc.js';
 
@@ -33,12 +33,15 @@ describe('the envd executable', () => {
     expect(fromEnv.stderr).toContain('ENVD_MAX_OUTPUT_BYTES');
   });
 
-  it('runs from a directory with no node_modules and exits 0 on SIGTERM', async () => {
+  it('runs from a directory with no node_modules (the bundle and the holder beside it) and exits 0 on SIGTERM', async () => {
     const copy = join(empty, 'envd.js');
     copyFileSync(bundle, copy);
+    copyFileSync(join(dirname(bundle), 'envd-holder'), join(empty, 'envd-holder'));
     const envd = await startEnvdProcess([], { ENVD_ACCESS_TOKEN: 'tok' }, empty, copy);
     const health = await fetch(`${envd.url}/health`);
     expect(health.status).toBe(200);
+    const ran = await fetch(`${envd.url}/commands`, { method: 'POST', headers: { authorization: 'Bearer tok', 'content-type': 'application/json' }, body: JSON.stringify({ cmd: 'echo from-the-copy', user: 'root' }) });
+    expect((await ran.json()).stdout).toBe('from-the-copy\n');
     expect(await envd.stop('SIGTERM')).toBe(0);
     expect(envd.lines.every((line) => !line.includes('tok"'))).toBe(true);
   });

@@ -1,6 +1,13 @@
+import { readFile } from 'node:fs/promises';
+import { join } from 'node:path';
 import type { Config } from '../config.js';
+import { holderBinaryPath } from '../holder/binary.js';
 import type { Logger } from '../logger.js';
-import { startCommand, type PreparedCommand } from './spawn.js';
+import { HolderLink } from './holder-link.js';
+import { startHolder } from './holder-process.js';
+import { META_VERSION, monotonicMs, readHolderPids, readMeta, writeMeta, type CommandMeta } from './meta.js';
+import type { PreparedCommand } from './spawn.js';
+import { StateDir } from './state-dir.js';
 import { TrackedProcess } from './tracked-process.js';
 
 /**
@@ -13,39 +20,83 @@ export const MAX_FINISHED_BACKGROUND = 1000;
 export const KILL_ALL_WAIT_MS = 3_000;
 
 /**
- * The processes envd started and still tracks, by OS pid (the shell's).
- * Foreground and streamed commands are tracked while they run; background
- * ones until they are waited for or killed.
+ * The commands envd tracks, by OS pid (the shell's). Foreground and streamed
+ * commands are tracked until their request has its output; background ones
+ * until they are waited for or killed. Everything about a command lives in its state directory and
+ * with its holder, so a restarted envd finds them all again (`open`).
  */
 export class ProcessRegistry {
   private readonly byPid = new Map<number, TrackedProcess>();
+  private detached = false;
 
-  constructor(
+  private constructor(
     readonly config: Config,
     readonly log: Logger,
-    private readonly limits = { maxFinishedBackground: MAX_FINISHED_BACKGROUND },
+    private readonly state: StateDir,
+    private readonly holderPath: string,
+    private readonly limits: { maxFinishedBackground: number },
   ) {}
+
+  /** Prepares the state directory and the spool, and re-adopts the commands a previous envd left running. */
+  static async open(config: Config, log: Logger, limits = { maxFinishedBackground: MAX_FINISHED_BACKGROUND }): Promise<ProcessRegistry> {
+    const state = await StateDir.open(config.stateDir, config.spoolDir);
+    const registry = new ProcessRegistry(config, log, state, holderBinaryPath(config.stateDir), limits);
+    await registry.adopt();
+    return registry;
+  }
 
   get size(): number {
     return this.byPid.size;
   }
 
+  /** Bytes of kept output in memory (tmpfs) and in the spool, over all commands. */
+  usage(): { memory: number; spool: number } {
+    return this.state.usage();
+  }
+
   async start(prepared: PreparedCommand, options: { background: boolean; timeoutMs: number }): Promise<TrackedProcess> {
-    const { subprocess } = await startCommand(prepared);
-    const proc = new TrackedProcess(
-      subprocess,
-      { cmd: prepared.cmd, cwd: prepared.cwd, user: prepared.user.name, background: options.background, stdin: prepared.stdin },
-      { maxOutputBytes: this.config.maxOutputBytes, timeoutMs: options.timeoutMs, logger: this.log },
-    );
-    const previous = this.byPid.get(proc.pid);
-    if (previous) {
-      // The OS reused the pid of a finished command nobody waited for.
-      this.log.warn({ pid: proc.pid, previousCmd: previous.spec.cmd, previousRunning: previous.running }, 'pid reused: forgetting the finished command that had it');
-      this.byPid.delete(proc.pid);
+    const slot = this.state.takeSlot();
+    const { id, dir } = await this.state.createCommandDir().catch((error: unknown) => {
+      this.state.releaseSlot(slot);
+      throw error;
+    });
+    const meta: CommandMeta = {
+      v: META_VERSION,
+      cmd: prepared.cmd,
+      cwd: prepared.cwd,
+      user: prepared.user.name,
+      background: options.background,
+      stdin: prepared.stdin,
+      pty: prepared.pty ?? null,
+      started_at: new Date().toISOString(),
+      deadline_ms: options.timeoutMs > 0 ? monotonicMs() + options.timeoutMs : null,
+      slot,
+    };
+    let proc: TrackedProcess;
+    try {
+      await writeMeta(dir, meta);
+      await startHolder(
+        prepared,
+        {
+          holderPath: this.holderPath,
+          dir,
+          usagePath: this.state.usagePath,
+          slot,
+          memoryBudget: this.config.outputMemoryBytes,
+          spoolDir: this.config.spoolDir,
+          spoolBudget: this.config.maxSpoolBytes,
+          capBytes: this.config.maxOutputBytes,
+        },
+        this.log,
+      );
+      proc = await this.follow(id, dir, meta, false);
+    } catch (error) {
+      await this.state.removeCommand(id);
+      this.state.releaseSlot(slot);
+      throw error;
     }
-    this.byPid.set(proc.pid, proc);
+    this.track(proc);
     this.log.debug({ pid: proc.pid, user: prepared.user.name, background: options.background }, 'command started');
-    void proc.finished.then(() => (options.background ? this.evictFinished() : this.forget(proc.pid, proc)));
     return proc;
   }
 
@@ -57,31 +108,128 @@ export class ProcessRegistry {
     return [...this.byPid.values()];
   }
 
-  /** Forgets a pid; with `only`, just when the pid still belongs to that process (not to a newer one). */
-  forget(pid: number, only?: TrackedProcess): void {
-    if (only === undefined || this.byPid.get(pid) === only) this.byPid.delete(pid);
+  /**
+   * Forgets a command for good: kills it if it still runs, removes its record
+   * and kept output, and frees its usage slot once its holder is gone. With
+   * `only`, just when the pid still belongs to that process (not a newer one).
+   */
+  async forget(pid: number, only?: TrackedProcess): Promise<void> {
+    const proc = this.byPid.get(pid);
+    if (!proc || (only !== undefined && proc !== only)) return;
+    this.byPid.delete(pid);
+    await proc.release();
+    await this.state.removeCommand(proc.id);
+    this.state.releaseSlot(proc.meta.slot);
   }
 
-  /** Kills every tracked tree (leftovers of finished ones too) and waits, bounded, for the shells to be reaped. */
+  /** Shutdown: kills every tracked tree, waits (bounded) for their ends, and removes what they kept. */
   async killAll(): Promise<void> {
+    if (this.detached) return;
     const all = this.list();
     for (const proc of all) proc.kill();
     let timer: NodeJS.Timeout | undefined;
     const deadline = new Promise<void>((resolve) => (timer = setTimeout(resolve, KILL_ALL_WAIT_MS)));
     await Promise.race([Promise.all(all.map((proc) => proc.finished)), deadline]);
     clearTimeout(timer);
+    await Promise.all(all.map((proc) => this.forget(proc.pid, proc)));
+    this.state.close();
+  }
+
+  /** A restart, not a shutdown: leaves every command running with its holder, for the next envd to re-adopt. */
+  detach(): void {
+    this.detached = true;
+    for (const proc of this.list()) proc.detach();
+    this.byPid.clear();
+    this.state.close();
+  }
+
+  /** Connects to a command's holder and follows it; a holder that is gone leaves the command finished. */
+  private async follow(id: string, dir: string, meta: CommandMeta, adopted: boolean): Promise<TrackedProcess> {
+    const pids = await readHolderPids(dir);
+    if (!pids) throw new Error(`no pid file in ${dir}`);
+    const connected = await HolderLink.connect(join(dir, 'sock')).catch(() => undefined);
+    const proc = new TrackedProcess({
+      id,
+      dir,
+      meta,
+      pids,
+      link: connected?.link,
+      reaped: connected ? connected.hello.reaped : true,
+      adopted,
+      logEnd: connected?.hello.logEnd ?? 0,
+      logger: this.log,
+    });
+    if (!connected) await proc.completeFromStatus();
+    return proc;
+  }
+
+  private track(proc: TrackedProcess): void {
+    const previous = this.byPid.get(proc.pid);
+    if (previous) {
+      // The OS reused the pid of a finished command nobody waited for.
+      this.log.warn({ pid: proc.pid, previousCmd: previous.meta.cmd, previousRunning: previous.running }, 'pid reused: forgetting the finished command that had it');
+      void this.forget(proc.pid, previous);
+    }
+    this.byPid.set(proc.pid, proc);
+    // Foreground and streamed commands are forgotten by their request once it has read the output (routes.ts).
+    void proc.finished.then(() => proc.keepWhenFinished && this.evictFinished());
+  }
+
+  /**
+   * Finds every command a previous envd left in the state directory: running
+   * ones through their holder's socket, finished ones through the status the
+   * holder wrote. Records nobody can use are removed, and so is spooled
+   * output that belongs to no command.
+   */
+  private async adopt(): Promise<void> {
+    const found: TrackedProcess[] = [];
+    const ids = await this.state.listCommandIds();
+    await Promise.all(
+      ids.map(async (id) => {
+        const dir = this.state.commandDir(id);
+        const meta = await readMeta(dir);
+        if (!meta) {
+          // Written by a newer envd: not ours to judge. Otherwise a start that never finished.
+          if (await isNewerRecord(dir)) return;
+          await this.state.removeCommand(id);
+          return;
+        }
+        try {
+          found.push(await this.follow(id, dir, meta, true));
+        } catch (error) {
+          this.log.warn({ err: error, id }, 'could not re-adopt a command: removing its record');
+          await this.state.removeCommand(id);
+        }
+      }),
+    );
+    found.sort((a, b) => a.startedAt.getTime() - b.startedAt.getTime());
+    this.state.claimSlots(found.map((proc) => proc.meta.slot));
+    for (const proc of found) this.track(proc);
+    const swept = await this.state.sweepSpool(new Set(found.map((proc) => proc.id)));
+    if (found.length > 0 || swept > 0) {
+      this.log.info({ adopted: found.length, running: found.filter((proc) => proc.running).length, sweptSpoolFiles: swept }, 're-adopted the commands of a previous envd');
+    }
   }
 
   private evictFinished(): void {
     let finished = 0;
-    for (const proc of this.byPid.values()) if (proc.spec.background && !proc.running) finished++;
+    for (const proc of this.byPid.values()) if (proc.keepWhenFinished && !proc.running) finished++;
     // Map order is insertion order, so the first finished entries are the oldest.
     for (const [pid, proc] of this.byPid) {
       if (finished <= this.limits.maxFinishedBackground) break;
-      if (!proc.spec.background || proc.running) continue;
-      this.byPid.delete(pid);
+      if (!proc.keepWhenFinished || proc.running) continue;
       finished--;
-      this.log.info({ pid, cmd: proc.spec.cmd }, 'forgot an unwaited finished background command: too many kept');
+      this.log.info({ pid, cmd: proc.meta.cmd }, 'forgot an unwaited finished background command: too many kept');
+      void this.forget(pid, proc);
     }
+  }
+}
+
+async function isNewerRecord(dir: string): Promise<boolean> {
+  const text = await readFile(join(dir, 'meta.json'), 'utf8').catch(() => '');
+  try {
+    return (JSON.parse(text) as { v?: number }).v! > META_VERSION;
+  } catch {
+    return false;
   }
 }

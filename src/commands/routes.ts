@@ -1,5 +1,7 @@
 import { Type } from '@sinclair/typebox';
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
+import type { FastifyReply } from 'fastify';
+import { Readable } from 'node:stream';
 import type { Config } from '../config.js';
 import { ErrorSchema, notFound } from '../errors.js';
 import type { SandboxState } from '../sandbox-state.js';
@@ -7,16 +9,19 @@ import type { ProcessRegistry } from './registry.js';
 import {
   BackgroundStarted,
   CommandResult,
+  type CommandResult as CommandResultValue,
   Empty,
   Killed,
   PidParams,
   ProcessList,
+  ResizeBody,
   SignalBody,
   type SignalName,
   StartBody,
   StdinBody,
   StreamBody,
 } from './schemas.js';
+import { commandResult } from './result.js';
 import { prepareCommand } from './spawn.js';
 import { streamProcess } from './sse.js';
 import type { TrackedProcess } from './tracked-process.js';
@@ -74,7 +79,7 @@ export const commandRoutes: FastifyPluginAsyncTypebox<CommandRoutesOptions> = as
       } finally {
         reply.raw.off('close', onClose);
       }
-      return proc.result();
+      return sendResult(reply, proc, () => processes.forget(proc.pid, proc));
     },
   );
 
@@ -85,6 +90,9 @@ export const commandRoutes: FastifyPluginAsyncTypebox<CommandRoutesOptions> = as
       // Everything that can fail with a JSON error happens before the stream starts.
       const prepared = await prepareCommand(request.body, state);
       const proc = await processes.start(prepared, { background: false, timeoutMs: timeoutMs(request.body.timeout) });
+      // The stream owns the command: forgotten once it has ended and the stream is over (sent out, or cut by the client).
+      const streamOver = new Promise((resolve) => reply.raw.once('close', resolve));
+      void Promise.all([proc.finished, streamOver]).then(() => processes.forget(proc.pid, proc));
       await streamProcess(request, reply, proc, { killOnDisconnect: true });
     },
   );
@@ -95,14 +103,15 @@ export const commandRoutes: FastifyPluginAsyncTypebox<CommandRoutesOptions> = as
     async () => ({
       processes: processes.list().map((proc) => ({
         pid: proc.pid,
-        cmd: proc.spec.cmd,
-        cwd: proc.spec.cwd,
-        user: proc.spec.user,
-        background: proc.spec.background,
-        stdin: proc.spec.stdin,
+        cmd: proc.meta.cmd,
+        cwd: proc.meta.cwd,
+        user: proc.meta.user,
+        background: proc.meta.background,
+        stdin: proc.meta.stdin,
         started_at: proc.startedAt.toISOString(),
         running: proc.running,
         ...(proc.exit ? { exit_code: proc.exit.exit_code } : {}),
+        ...(proc.ptySize ? { pty: proc.ptySize } : {}),
       })),
     }),
   );
@@ -120,13 +129,12 @@ export const commandRoutes: FastifyPluginAsyncTypebox<CommandRoutesOptions> = as
   app.get(
     '/:pid/wait',
     { schema: { summary: 'Wait for a process to end, get its result, and forget it', params: PidParams, response: { 200: CommandResult, ...errors } } },
-    async (request) => {
+    async (request, reply) => {
       const pid = Number(request.params.pid);
       const proc = processes.get(pid);
       if (!proc) return NOT_FOUND_RESULT;
       await proc.finished;
-      processes.forget(pid, proc);
-      return proc.result();
+      return sendResult(reply, proc, () => processes.forget(pid, proc));
     },
   );
 
@@ -143,7 +151,7 @@ export const commandRoutes: FastifyPluginAsyncTypebox<CommandRoutesOptions> = as
     '/:pid/stdin',
     { schema: { summary: 'Close a process\'s stdin (EOF)', params: PidParams, response: { 200: Empty, ...errors } } },
     async (request) => {
-      tracked(request.params.pid).closeStdin();
+      await tracked(request.params.pid).closeStdin();
       return {};
     },
   );
@@ -167,9 +175,40 @@ export const commandRoutes: FastifyPluginAsyncTypebox<CommandRoutesOptions> = as
       const proc = processes.get(pid);
       if (!proc) return { killed: false };
       proc.kill();
-      processes.forget(pid, proc);
+      await processes.forget(pid, proc);
       request.log.info({ pid }, 'killed on request');
       return { killed: true };
     },
   );
+
+  app.post(
+    '/:pid/resize',
+    { schema: { summary: 'Resize a command\'s terminal (the foreground job gets SIGWINCH)', params: PidParams, body: ResizeBody, response: { 200: Empty, ...errors } } },
+    async (request) => {
+      await tracked(request.params.pid).resize(request.body.cols, request.body.rows);
+      return {};
+    },
+  );
 };
+
+/**
+ * Answers with a finished command's result, then forgets the command (its
+ * kept output is read from the log first, so it is forgotten only after the
+ * answer has been read out of it).
+ */
+async function sendResult(reply: FastifyReply, proc: TrackedProcess, forget: () => Promise<void>): Promise<CommandResultValue | FastifyReply> {
+  const result = await commandResult(proc);
+  if (!(result instanceof Readable)) {
+    await forget();
+    return result;
+  }
+  if (reply.raw.destroyed) {
+    // Nobody is left to read it.
+    result.destroy();
+    await forget();
+    return reply;
+  }
+  reply.raw.once('close', () => void forget());
+  // A failure while streaming comes after the status line: the stream's error aborts the connection.
+  return reply.type('application/json; charset=utf-8').send(result);
+}

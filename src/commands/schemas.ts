@@ -6,8 +6,16 @@ export const MAX_TIMEOUT_SECONDS = Math.floor((2 ** 31 - 1) / 1000);
 export const SIGNALS = ['SIGTERM', 'SIGINT', 'SIGHUP', 'SIGQUIT', 'SIGKILL', 'SIGUSR1', 'SIGUSR2', 'SIGSTOP', 'SIGCONT'] as const;
 
 
+/** Terminal sizes accepted in `pty` and by resize. */
+export const MAX_PTY_DIMENSION = 1000;
+
+const dimension = (description: string) => Type.Integer({ minimum: 1, maximum: MAX_PTY_DIMENSION, description });
+const ptySize = (description: string) => Type.Object({ cols: dimension('Columns'), rows: dimension('Rows') }, { additionalProperties: false, description });
+
 const commandFields = {
-  cmd: Type.String({ minLength: 1, description: 'Run as `bash -l -c <cmd>` (or `sh -l -c` where bash is absent)' }),
+  // Optional in the schema because a pty command may omit it; without pty, spawn.ts requires it (400 naming body/cmd).
+  cmd: Type.Optional(Type.String({ description: 'Run as `bash -l -c <cmd>` (or `sh -l -c` where bash is absent); required unless `pty` is given, where absent or empty runs the user\'s interactive login shell' })),
+  pty: Type.Optional(ptySize('Run on a pseudo-terminal of this size: stdin, stdout and stderr are the terminal')),
   cwd: Type.Optional(Type.String({ minLength: 1, description: 'Absolute working directory; default: default_workdir, else the user\'s home' })),
   envs: Type.Optional(Type.Record(Type.String(), Type.String(), { description: 'Merged over the sandbox envs for this command only' })),
   timeout: Type.Optional(Type.Number({ minimum: 0, maximum: MAX_TIMEOUT_SECONDS, description: 'Seconds; 0 or absent means none. On expiry the whole tree gets SIGKILL' })),
@@ -58,6 +66,7 @@ export const ProcessInfo = Type.Object({
   started_at: Type.String({ format: 'date-time' }),
   running: Type.Boolean(),
   exit_code: Type.Optional(Type.Integer()),
+  pty: Type.Optional(ptySize('The terminal\'s current size, for commands on a pty')),
 });
 export type ProcessInfo = Static<typeof ProcessInfo>;
 
@@ -79,6 +88,9 @@ export type SignalBody = Static<typeof SignalBody>;
 
 export const StdinBody = Type.Object({ data: Type.String() }, { additionalProperties: false });
 export type StdinBody = Static<typeof StdinBody>;
+
+export const ResizeBody = ptySize('The new size; the foreground job gets SIGWINCH');
+export type ResizeBody = Static<typeof ResizeBody>;
 
 export const Empty = Type.Object({});
 export const Killed = Type.Object({ killed: Type.Boolean() });

@@ -1,19 +1,23 @@
-import { spawn, type ChildProcessByStdio } from 'node:child_process';
-import { once } from 'node:events';
 import { accessSync, constants } from 'node:fs';
 import { stat } from 'node:fs/promises';
 import { isAbsolute } from 'node:path';
-import { badRequest, errnoToHttpError, HttpError } from '../errors.js';
+import { badRequest, HttpError } from '../errors.js';
 import type { SandboxState } from '../sandbox-state.js';
 import { resolveUser, type UnixUser } from '../users.js';
+import type { PtySize } from './meta.js';
 
 /** envd's own PATH for commands; a login shell's /etc/profile may replace it. */
 export const BASE_PATH = '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin';
 
+/** What a terminal command sees as TERM unless its request's envs set one: what xterm.js and most emulators speak. */
+export const DEFAULT_TERM = 'xterm-256color';
+
 const SETPRIV_CANDIDATES = ['/usr/bin/setpriv', '/bin/setpriv'];
 
 export interface CommandRequest {
-  cmd: string;
+  /** Required without a pty; with one, absent or empty runs the user's interactive login shell. */
+  cmd?: string | undefined;
+  pty?: PtySize | undefined;
   cwd?: string | undefined;
   envs?: Record<string, string> | undefined;
   user?: string | undefined;
@@ -23,6 +27,7 @@ export interface CommandRequest {
 /** Everything needed to start a command, resolved and checked before anything runs. */
 export interface PreparedCommand {
   cmd: string;
+  pty: PtySize | undefined;
   user: UnixUser;
   cwd: string;
   env: Record<string, string>;
@@ -37,7 +42,12 @@ export interface PreparedCommand {
  * stream route can still answer plain JSON errors.
  */
 export async function prepareCommand(request: CommandRequest, state: SandboxState): Promise<PreparedCommand> {
-  rejectNul(request.cmd, 'body/cmd');
+  const cmd = request.cmd ?? '';
+  if (request.pty === undefined) {
+    if (request.cmd === undefined) throw badRequest("body must have required property 'cmd'");
+    if (cmd === '') throw badRequest('body/cmd must NOT have fewer than 1 characters');
+  }
+  rejectNul(cmd, 'body/cmd');
   for (const [name, value] of Object.entries(request.envs ?? {})) {
     if (name === '' || name.includes('=') || name.includes('\0')) throw badRequest(`body/envs: invalid variable name ${JSON.stringify(name)}`);
     rejectNul(value, `body/envs/${name}`);
@@ -48,8 +58,9 @@ export async function prepareCommand(request: CommandRequest, state: SandboxStat
     throw new HttpError(403, `body/user: envd runs as uid ${runningUid} without root, so it cannot run commands as ${JSON.stringify(user.name)}`);
   }
   const cwd = await resolveCwd(request.cwd, state, user);
-  const shell = existsExecutable('/bin/bash') ? '/bin/bash' : '/bin/sh';
-  const shellArgs = ['-l', '-c', request.cmd];
+  const bash = existsExecutable('/bin/bash') ? '/bin/bash' : '/bin/sh';
+  // No command on a terminal: the user's own login shell, interactive because its stdin is a terminal.
+  const [shell, shellArgs] = cmd === '' ? [existsExecutable(user.shell) ? user.shell : bash, ['-l']] : [bash, ['-l', '-c', cmd]];
   const env: Record<string, string> = {
     PATH: BASE_PATH,
     HOME: user.home,
@@ -57,9 +68,10 @@ export async function prepareCommand(request: CommandRequest, state: SandboxStat
     LOGNAME: user.name,
     SHELL: user.shell,
     ...state.envs,
+    ...(request.pty ? { TERM: DEFAULT_TERM } : {}),
     ...request.envs,
   };
-  const base = { cmd: request.cmd, user, cwd, env, stdin: request.stdin ?? false };
+  const base = { cmd, pty: request.pty, user, cwd, env, stdin: request.stdin ?? false };
   if (runningUid === 0 && user.uid !== 0) {
     // libuv's uid/gid switch calls setgroups(0) and drops every supplementary
     // group; setpriv --init-groups gives the user their groups, then execs the
@@ -98,32 +110,3 @@ function existsExecutable(path: string): boolean {
   }
 }
 
-export type Subprocess = ChildProcessByStdio<import('node:stream').Writable | null, import('node:stream').Readable, import('node:stream').Readable>;
-
-/**
- * Starts the prepared command; throws if the OS refused to create the process
- * (EMFILE/ENFILE/EAGAIN become 503: envd is out of descriptors or processes
- * for the moment, and the caller may retry).
- *
- * node:child_process rather than execa: execa 9 iterates `subprocess.stdio`
- * before it attaches its error listener, and Node leaves that undefined when
- * spawn fails (EMFILE), so the ChildProcess 'error' went unhandled and took
- * envd down (found by the fd-exhaustion stress test). Here the listener is
- * attached before anything else can throw.
-
- */
-export async function startCommand(prepared: PreparedCommand): Promise<{ subprocess: Subprocess }> {
-  const subprocess = spawn(prepared.file, prepared.args, {
-    cwd: prepared.cwd,
-    env: prepared.env,
-    // The shell leads a new session and process group, so one kill reaches all it starts.
-    detached: true,
-    stdio: [prepared.stdin ? 'pipe' : 'ignore', 'pipe', 'pipe'],
-  }) as Subprocess;
-  if (subprocess.pid === undefined) {
-    const [cause] = (await once(subprocess, 'error')) as [NodeJS.ErrnoException];
-    const mapped = errnoToHttpError(cause, 'starting the command');
-    throw mapped instanceof HttpError ? mapped : new HttpError(500, 'the command could not be started', { cause });
-  }
-  return { subprocess };
-}

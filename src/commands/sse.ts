@@ -1,20 +1,14 @@
 import { createSession, type Session } from 'better-sse';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { ServerResponse } from 'node:http';
-import type { OutputEvent } from './output-log.js';
+import { StringDecoder } from 'node:string_decoder';
+import type { StreamName } from '../holder/protocol.js';
+import type { KeptLog } from './kept-log.js';
 import type { ExitInfo } from './schemas.js';
 import type { OutputSubscriber, TrackedProcess } from './tracked-process.js';
 
 /** A comment line goes out this often, so proxies do not close a quiet stream. */
 export const KEEP_ALIVE_MS = 15_000;
-
-/** Below this many written entries the queue is not worth compacting. */
-const COMPACT_AFTER = 1024;
-
-/** Queued output of one stream is sent as one event up to about this many characters. */
-const COALESCE_CHARS = 1024 * 1024;
-
-type QueueItem = OutputEvent | { exit: ExitInfo };
 
 /**
  * Streams a process to one client as server-sent events: `start`, the output
@@ -32,7 +26,7 @@ export async function streamProcess(request: FastifyRequest, reply: FastifyReply
     retry: null,
     headers: stringHeaders(reply),
   });
-  const subscriber = new SseSubscriber(session, res, proc);
+  const subscriber = new SseSubscriber(session, res, proc, request.log);
   let closed = false;
   const onClose = () => {
     if (closed) return;
@@ -50,74 +44,79 @@ export async function streamProcess(request: FastifyRequest, reply: FastifyReply
   proc.subscribe(subscriber);
 }
 
+/**
+ * One SSE client of a command. Output arrives as bytes (from the kept log,
+ * then live from the holder) and is decoded here, one streaming UTF-8
+ * decoder per stream, so a character split between two reads stays whole.
+ * What it holds is at most one read of the log or one message of the holder
+ * beyond the socket's own buffer.
+ */
 class SseSubscriber implements OutputSubscriber {
-  private queue: QueueItem[] = [];
-  private head = 0;
+  private readonly decoders = { stdout: new StringDecoder('utf8'), stderr: new StringDecoder('utf8') };
+  private wakeReplay: (() => void) | undefined;
 
   constructor(
     private readonly session: Session,
     private readonly res: ServerResponse,
     private readonly proc: TrackedProcess,
+    private readonly log: FastifyRequest['log'],
   ) {
-    // emit() and subscribe() re-check the flow after pushing; the socket
-    // draining is the one transition they cannot see.
     res.on('drain', () => {
-      this.pump();
+      this.wakeReplay?.();
       if (!this.backedUp) this.proc.subscriberDrained();
     });
+    res.once('close', () => this.wakeReplay?.());
   }
 
   get backedUp(): boolean {
-    return this.head < this.queue.length || this.res.writableNeedDrain;
+    return this.res.writableNeedDrain;
   }
 
-  replay(events: readonly OutputEvent[]): void {
-    this.queue = events.slice();
-    this.head = 0;
-    this.pump();
+  catchUp(log: KeptLog, end: () => number): void {
+    void this.replay(log, end);
   }
 
-  push(event: OutputEvent): void {
-    this.queue.push(event);
-    this.pump();
+  push(stream: StreamName, bytes: Buffer): void {
+    const text = this.decoders[stream].write(bytes);
+    if (text !== '') this.writeOutput(stream, text);
   }
 
   finish(exit: ExitInfo): void {
-    this.queue.push({ exit });
-    this.pump();
+    if (!this.session.isConnected) return;
+    for (const stream of ['stdout', 'stderr'] as const) {
+      const rest = this.decoders[stream].end();
+      if (rest !== '') this.writeOutput(stream, rest);
+    }
+    this.write('exit', exit);
+    this.res.end();
   }
 
   write(event: string, data: unknown): void {
-    // Exactly `event:` and one JSON `data:` line (no id). Written directly
-    // rather than through better-sse's EventBuffer: event names are constants
-    // here and JSON text never holds a raw newline, so its two sanitising
-    // regex passes over every output chunk are pure cost (stream bench).
+    // Exactly `event:` and one JSON `data:` line (no id). Written directly:
+    // event names are constants and JSON text never holds a raw newline.
     this.res.write(`event: ${event}\ndata: ${JSON.stringify(data)}\n\n`);
   }
 
-  /** Writes queued events until the socket pushes back; `drain` calls it again. */
-  private pump(): void {
-    while (this.head < this.queue.length && !this.res.writableNeedDrain && this.session.isConnected) {
-      const item = this.queue[this.head++]!;
-      if ('exit' in item) {
-        this.write('exit', item.exit);
-        this.res.end();
-        break;
+  private writeOutput(stream: StreamName, text: string): void {
+    this.res.write(`event: ${stream}\ndata: {"stream":"${stream}","data":${JSON.stringify(text)}}\n\n`);
+  }
+
+  /** Replays the log one read at a time, waiting for the socket to drain between reads. */
+  private async replay(log: KeptLog, end: () => number): Promise<void> {
+    try {
+      for await (const frame of log.frames(end)) {
+        if (!this.session.isConnected) return;
+        this.push(frame.stream, frame.bytes);
+        if (this.res.writableNeedDrain) await new Promise<void>((resolve) => (this.wakeReplay = resolve));
+        this.wakeReplay = undefined;
       }
-      // A reader that fell behind gets what piled up as few, larger events.
-      let data = item.data;
-      while (this.head < this.queue.length && data.length < COALESCE_CHARS) {
-        const next = this.queue[this.head]!;
-        if ('exit' in next || next.stream !== item.stream) break;
-        data += next.data;
-        this.head++;
-      }
-      this.write(item.stream, data === item.data ? item : { stream: item.stream, data });
+    } catch (error) {
+      // The headers are out: a failure now can only cut the stream short.
+      this.log.warn({ err: error, pid: this.proc.pid }, 'replaying kept output failed: ending the stream');
+      this.res.destroy();
+      return;
     }
-    if (this.head >= COMPACT_AFTER && this.head * 2 >= this.queue.length) {
-      this.queue = this.queue.slice(this.head);
-      this.head = 0;
-    }
+    if (this.session.isConnected) this.proc.caughtUp(this);
   }
 }
 

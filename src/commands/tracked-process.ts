@@ -1,146 +1,187 @@
+import { writeFileSync } from 'node:fs';
+import { access } from 'node:fs/promises';
 import { constants } from 'node:os';
-import type { Readable } from 'node:stream';
-import { StringDecoder } from 'node:string_decoder';
+import { join } from 'node:path';
 import { conflict } from '../errors.js';
+import type { AckStatus, StreamName, Truncation } from '../holder/protocol.js';
 import type { Logger } from '../logger.js';
+import type { HolderLink } from './holder-link.js';
+import { KeptLog } from './kept-log.js';
 import { killProcessTree, signalGroup } from './kill-tree.js';
-import { OutputLog, type OutputEvent, type StreamName } from './output-log.js';
-import type { CommandResult, ExitInfo } from './schemas.js';
-import type { Subprocess } from './spawn.js';
-
-/**
- * After the shell exits, how long its output pipes may stay open. A command
- * that started a daemon leaves the daemon holding them; past this grace envd
- * closes its ends and finishes the command anyway.
- */
-export const OUTPUT_DRAIN_GRACE_MS = 200;
+import { monotonicMs, readHolderStatus, writeMeta, type CommandMeta, type HolderPids, type PtySize } from './meta.js';
+import type { ExitInfo } from './schemas.js';
 
 /** The exit code a timed-out command reports, as coreutils `timeout` does. */
 export const TIMEOUT_EXIT_CODE = 124;
 
-/** Someone following a process's output: a stream client or an attacher. */
+const SIGNAL_NAMES = new Map(Object.entries(constants.signals).map(([name, number]) => [number, name]));
+
+/**
+ * Someone following a command's output: a stream client or an attacher.
+ * It first catches up from the kept log (`catchUp`), then gets live output
+ * (`push`), then `finish`.
+ */
 export interface OutputSubscriber {
-  /** The output kept so far, in order (shared references, never copies of the text). */
-  replay(events: readonly OutputEvent[]): void;
-  /** Live output, including output past the cap that `wait` no longer keeps. */
-  push(event: OutputEvent): void;
+  /** Replays the kept log up to `end()`, then calls `proc.caughtUp(this)`. */
+  catchUp(log: KeptLog, end: () => number): void;
+  /** Live output, including output past the cap that the log no longer keeps. */
+  push(stream: StreamName, bytes: Buffer): void;
   /** The last call: the command has ended and its output is complete. */
   finish(exit: ExitInfo): void;
-  /** True while it holds events it could not yet write; the command is paused meanwhile. */
+  /** True while it holds output it could not yet write; the command is paused meanwhile. */
   readonly backedUp: boolean;
 }
 
-export interface ProcessSpec {
-  cmd: string;
-  cwd: string;
-  user: string;
-  background: boolean;
-  stdin: boolean;
+type SubscriberState = 'syncing' | 'replaying' | 'live';
+
+export interface TrackedProcessInit {
+  id: string;
+  dir: string;
+  meta: CommandMeta;
+  pids: HolderPids;
+  /** The live channel to the holder, or undefined when the holder has already gone. */
+  link: HolderLink | undefined;
+  reaped: boolean;
+  /** Re-adopted after a restart of envd: kept once finished, whoever started it (its client is gone). */
+  adopted: boolean;
+  logEnd: number;
+  logger: Logger;
 }
 
 /**
- * One started command: its pipes and decoders, the output kept for `wait`,
- * the clients following it, and how it ended.
+ * One started command, seen through its holder: the holder owns the pipes
+ * (or terminal), writes the kept output to the log and records how the
+ * command ended; this object follows it over the holder's live channel.
  *
- * Ordering matters here: `exit` (the shell was reaped) comes before the
- * output pipes close, and the command only counts as finished once both have
- * happened (or the drain grace ran out), so every byte the command wrote is
- * in the log and has been offered to subscribers before `exit` is reported.
+ * Flow control: while any subscriber is catching up from the log or cannot
+ * write, messages from the holder are held, so the holder stops reading the
+ * command's pipes and the command blocks on write: envd holds no output.
  */
 export class TrackedProcess {
+  readonly id: string;
   readonly pid: number;
-  readonly startedAt = new Date();
-  readonly output: OutputLog;
+  readonly meta: CommandMeta;
+  readonly log: KeptLog;
+  readonly startedAt: Date;
   /** Resolves when the command has ended and its output is complete. */
   readonly finished: Promise<ExitInfo>;
+  readonly keepWhenFinished: boolean;
 
   private readonly logger: Logger;
-  private readonly subscribers = new Set<OutputSubscriber>();
-  private readonly decoders = { stdout: new StringDecoder('utf8'), stderr: new StringDecoder('utf8') };
-  private readonly streams: Readable[];
-  private openStreams: number;
-  private paused = false;
-  private reaped = false;
-  private timedOut = false;
-  private stdinOpen: boolean;
+  private readonly dir: string;
+  private readonly holderPid: number;
+  private link: HolderLink | undefined;
+  private reaped: boolean;
+  private logEnd: number;
+  private finalLogEnd: number | undefined;
   private exitInfo: ExitInfo | undefined;
-  private shellExit: { code: number | null; signal: NodeJS.Signals | null } | undefined;
+  private truncation: Truncation = { stdout: false, stderr: false };
+  private live: 'off' | 'syncing' | 'on' = 'off';
+  private readonly subscribers = new Map<OutputSubscriber, SubscriberState>();
+  private timedOut = false;
+  private detached = false;
   private timeoutTimer: NodeJS.Timeout | undefined;
-  private graceTimer: NodeJS.Timeout | undefined;
   private resolveFinished!: (exit: ExitInfo) => void;
 
-  constructor(
-    private readonly subprocess: Subprocess,
-    readonly spec: ProcessSpec,
-    options: { maxOutputBytes: number; timeoutMs: number; logger: Logger },
-  ) {
-    this.logger = options.logger;
-    this.pid = subprocess.pid!;
-    this.output = new OutputLog(options.maxOutputBytes);
+  constructor(init: TrackedProcessInit) {
+    this.id = init.id;
+    this.dir = init.dir;
+    this.meta = init.meta;
+    this.pid = init.pids.shellPid;
+    this.holderPid = init.pids.holderPid;
+    this.log = new KeptLog(init.dir);
+    this.startedAt = new Date(init.meta.started_at);
+    this.keepWhenFinished = init.meta.background || init.adopted;
+    this.logger = init.logger;
+    this.reaped = init.reaped;
+    this.logEnd = init.logEnd;
     this.finished = new Promise((resolve) => (this.resolveFinished = resolve));
-    this.stdinOpen = spec.stdin;
-
-    this.streams = [this.follow('stdout', subprocess.stdout), this.follow('stderr', subprocess.stderr)];
-    this.openStreams = this.streams.length;
-    // EPIPE when the command stops reading; writeStdin reports it through its callback.
-    subprocess.stdin?.on('error', () => {});
-    // After a successful spawn only kill() can fail here; an unhandled 'error' would end envd.
-    subprocess.on('error', (error: unknown) => this.logger.warn({ err: error, pid: this.pid }, 'child process error'));
-    subprocess.once('exit', (code, signal) => this.onShellExit(code, signal));
-
-    if (options.timeoutMs > 0) {
-      this.timeoutTimer = setTimeout(() => {
-        this.timedOut = true;
-        this.logger.info({ pid: this.pid, timeoutMs: options.timeoutMs }, 'command timed out: killing its process tree');
-        this.kill();
-      }, options.timeoutMs);
+    this.link = init.link;
+    if (this.link) {
+      this.link.onMessage = (message) => this.onMessage(message);
+      this.link.onClose = () => void this.onHolderGone();
     }
+    if (init.meta.deadline_ms !== null && this.link) this.armTimeout(init.meta.deadline_ms);
   }
 
   get running(): boolean {
     return this.exitInfo === undefined;
   }
 
-  /** Clients following the output live (for leak checks and metrics). */
-  get subscriberCount(): number {
-    return this.subscribers.size;
-  }
-
   get exit(): ExitInfo | undefined {
     return this.exitInfo;
   }
 
-  /** Stdout and stderr as kept (capped), with how the command ended. */
-  result(): CommandResult {
-    const exit = this.exitInfo;
-    if (!exit) throw new Error('result() before the command finished');
-    return {
-      stdout: this.output.text('stdout'),
-      stderr: this.output.text('stderr'),
-      ...exit,
-      ...(this.output.truncated.stdout ? { stdout_truncated: true as const } : {}),
-      ...(this.output.truncated.stderr ? { stderr_truncated: true as const } : {}),
-    };
+  get truncated(): Truncation {
+    return this.truncation;
+  }
+
+  /** The whole log's length once the command has finished. */
+  get completeLogEnd(): number | undefined {
+    return this.finalLogEnd;
+  }
+
+  /** Clients following the output (for leak checks). */
+  get subscriberCount(): number {
+    return this.subscribers.size;
+  }
+
+  /** Whether the holder (and with it the live channel) is still there. */
+  get holderAlive(): boolean {
+    return this.link !== undefined && !this.link.closed;
+  }
+
+  /** For a command found finished at adoption: how it ended, from the holder's status file. */
+  async completeFromStatus(): Promise<void> {
+    await this.complete();
   }
 
   subscribe(subscriber: OutputSubscriber): void {
-    subscriber.replay(this.output.events.slice());
-    if (this.exitInfo) return subscriber.finish(this.exitInfo);
-    this.subscribers.add(subscriber);
-    this.updateFlow();
+    if (this.exitInfo) {
+      this.subscribers.set(subscriber, 'replaying');
+      subscriber.catchUp(this.log, () => this.finalLogEnd!);
+      return;
+    }
+    this.subscribers.set(subscriber, 'syncing');
+    if (this.live === 'off') {
+      this.live = 'syncing';
+      this.link?.liveOn();
+    } else if (this.live === 'on') {
+      // Between two messages: everything up to logEnd is in the log, everything after comes live.
+      this.startReplay(subscriber, this.logEnd);
+    }
   }
 
   unsubscribe(subscriber: OutputSubscriber): void {
-    if (this.subscribers.delete(subscriber)) this.updateFlow();
+    if (!this.subscribers.delete(subscriber)) return;
+    if (this.subscribers.size === 0 && this.live !== 'off') {
+      this.live = 'off';
+      this.link?.liveOff();
+    }
+    this.updateFlow();
   }
 
-  /** A subscriber has caught up; the command may run again if nobody else is behind. */
+  /** A subscriber has replayed the log: it follows live output from here (or ends, if the command has). */
+  caughtUp(subscriber: OutputSubscriber): void {
+    if (!this.subscribers.has(subscriber)) return;
+    if (this.exitInfo) {
+      this.subscribers.delete(subscriber);
+      subscriber.finish(this.exitInfo);
+      return;
+    }
+    this.subscribers.set(subscriber, 'live');
+    this.updateFlow();
+  }
+
+  /** A subscriber's socket drained: the command may run again if nobody else is behind. */
   subscriberDrained(): void {
     this.updateFlow();
   }
 
   /** SIGKILL to the whole tree. Safe after exit: then only leftovers still in the group are hit. */
   kill(): number[] {
+    // Handed over to the next envd: the requests cut by this one's exit must not take their commands along.
+    if (this.detached) return [];
     return killProcessTree(this.pid, { leaderReaped: this.reaped });
   }
 
@@ -150,107 +191,189 @@ export class TrackedProcess {
     return signalGroup(this.pid, signal);
   }
 
-  /** Resolves once the command's pipe took the data: a command that does not read holds the caller. */
+  /** Resolves once the command took the data: a command that does not read holds the caller. */
   async writeStdin(data: string): Promise<void> {
-    const stdin = this.usableStdin();
-    await new Promise<void>((resolve, reject) =>
-      stdin.write(data, (error) => (error ? reject(conflict(`stdin of pid ${this.pid} is closed: the process no longer reads it`)) : resolve())),
-    );
+    this.requireStdin();
+    this.checkAck(await (this.link?.stdin(Buffer.from(data, 'utf8')) ?? 'closed'));
   }
 
-  closeStdin(): void {
-    if (!this.spec.stdin) throw conflict(`pid ${this.pid} was not started with stdin: true`);
-    if (!this.stdinOpen) return;
-    this.stdinOpen = false;
-    this.subprocess.stdin?.end();
+  async closeStdin(): Promise<void> {
+    this.requireStdin();
+    const status = this.link ? await this.link.stdinEof() : 0;
+    // An ended command's stdin is closed already: closing it again is fine.
+    if (status !== 'closed') this.checkAck(status);
   }
 
-  private usableStdin() {
-    const stdin = this.subprocess.stdin;
-    if (!this.spec.stdin || !stdin) throw conflict(`pid ${this.pid} was not started with stdin: true`);
-    if (!this.stdinOpen || stdin.destroyed || stdin.writableEnded) throw conflict(`stdin of pid ${this.pid} is closed`);
-    return stdin;
+  get ptySize(): PtySize | null {
+    return this.meta.pty;
   }
 
-  private follow(name: StreamName, stream: Readable): Readable {
-    const decoder = this.decoders[name];
-    stream.on('data', (chunk: Buffer) => this.emit(name, decoder.write(chunk)));
-    stream.on('end', () => this.emit(name, decoder.end()));
-    stream.on('error', (error) => this.logger.debug({ err: error, pid: this.pid, stream: name }, 'output pipe error'));
-    stream.once('close', () => {
-      this.openStreams--;
-      if (this.openStreams === 0 && this.shellExit) this.finish();
-    });
-    return stream;
-  }
-
-  private emit(stream: StreamName, data: string): void {
-    if (data === '' || this.exitInfo) return;
-    this.output.append(stream, data);
-    if (this.subscribers.size === 0) return;
-    const event: OutputEvent = { stream, data };
-    for (const subscriber of this.subscribers) subscriber.push(event);
-    this.updateFlow();
+  async resize(cols: number, rows: number): Promise<void> {
+    if (!this.meta.pty) throw conflict(`pid ${this.pid} has no terminal (it was not started with pty)`);
+    const status = this.link ? await this.link.resize(cols, rows) : 'closed';
+    if (status === 'closed') throw conflict(`the terminal of pid ${this.pid} is closed: the command has ended`);
+    this.checkAck(status);
+    this.meta.pty = { cols, rows };
+    // So a restarted envd lists the size the terminal really has.
+    await writeMeta(this.dir, this.meta).catch((error: unknown) => this.logger.warn({ err: error, pid: this.pid }, 'could not record the new terminal size'));
   }
 
   /**
-   * Back-pressure: while any subscriber is behind, stop reading the pipes, so
-   * the command blocks on write instead of envd buffering its output.
-   * With nobody listening the pipes are always read (output past the cap is
-   * dropped), so a background command never blocks on a full pipe.
+   * Stops following the command, for good: kills it if it still runs (with
+   * its holder, which would otherwise go on writing files that are about to
+   * be removed) and closes the live channel. Resolves once the holder is gone.
    */
-  private updateFlow(): void {
-    let behind = false;
-    for (const subscriber of this.subscribers) if (subscriber.backedUp) behind = true;
-    if (behind === this.paused) return;
-    this.paused = behind;
-    for (const stream of this.streams) {
-      if (behind) stream.pause();
-      else stream.resume();
+  async release(): Promise<void> {
+    clearTimeout(this.timeoutTimer);
+    const link = this.link;
+    if (!link || link.closed) return;
+    if (this.running) {
+      this.kill();
+      try {
+        process.kill(this.holderPid, 'SIGKILL');
+      } catch {
+        // Already gone.
+      }
+    }
+    const gone = new Promise<void>((resolve) => {
+      const previous = link.onClose;
+      link.onClose = () => {
+        previous();
+        resolve();
+      };
+    });
+    link.close();
+    await gone;
+  }
+
+  /** Leaves the command running for the next envd (a restart): closes the channel, kills nothing. */
+  detach(): void {
+    this.detached = true;
+    clearTimeout(this.timeoutTimer);
+    if (!this.link) return;
+    this.link.onClose = () => {};
+    this.link.close();
+  }
+
+  private requireStdin(): void {
+    if (!this.meta.stdin && !this.meta.pty) throw conflict(`pid ${this.pid} was not started with stdin: true`);
+  }
+
+  private checkAck(status: AckStatus | 'closed'): void {
+    if (status === 0) return;
+    if (status === 1) throw conflict(`pid ${this.pid} was not started with stdin: true`);
+    throw conflict(`stdin of pid ${this.pid} is closed`);
+  }
+
+  private armTimeout(deadlineMs: number): void {
+    this.timeoutTimer = setTimeout(
+      () => {
+        if (!this.running) return;
+        this.timedOut = true;
+        // Recorded before the kill, so an envd restarted meanwhile still reports a timeout.
+        try {
+          writeFileSync(join(this.dir, 'timed_out'), '', { mode: 0o600 });
+        } catch (error) {
+          this.logger.warn({ err: error, pid: this.pid }, 'could not record the timeout');
+        }
+        this.logger.info({ pid: this.pid }, 'command timed out: killing its process tree');
+        this.kill();
+      },
+      Math.max(0, deadlineMs - monotonicMs()),
+    );
+  }
+
+  private onMessage(message: Parameters<HolderLink['onMessage']>[0]): void {
+    switch (message.type) {
+      case 'reaped':
+        this.reaped = true;
+        return;
+      case 'sync':
+        this.logEnd = message.logEnd;
+        if (this.live !== 'syncing') return;
+        this.live = 'on';
+        for (const [subscriber, state] of this.subscribers) if (state === 'syncing') this.startReplay(subscriber, message.logEnd);
+        return;
+      case 'data':
+        this.logEnd = message.logEnd;
+        if (this.live !== 'on') return;
+        for (const [subscriber, state] of this.subscribers) if (state === 'live') subscriber.push(message.stream, message.bytes);
+        this.updateFlow();
+        return;
+      case 'exit':
+        this.reaped = true;
+        this.logEnd = message.logEnd;
+        this.truncation = message.truncated;
+        void this.complete({ exitCode: message.exitCode, signal: message.signal, logEnd: message.logEnd });
+        return;
     }
   }
 
-  private onShellExit(code: number | null, signal: NodeJS.Signals | null): void {
+  private startReplay(subscriber: OutputSubscriber, upTo: number): void {
+    this.subscribers.set(subscriber, 'replaying');
+    this.updateFlow();
+    // Once the command has finished the target becomes the whole log, even mid-replay.
+    subscriber.catchUp(this.log, () => this.finalLogEnd ?? upTo);
+  }
+
+  /** Hold the holder's messages while anyone is catching up or cannot write. */
+  private updateFlow(): void {
+    let behind = false;
+    for (const [subscriber, state] of this.subscribers) {
+      if (state === 'replaying' || (state === 'live' && subscriber.backedUp)) behind = true;
+    }
+    if (behind) this.link?.hold();
+    else this.link?.release();
+  }
+
+  private async onHolderGone(): Promise<void> {
+    this.link = undefined;
+    clearTimeout(this.timeoutTimer);
+    // Without an EXIT the holder died early (killed): its status file, if any, says how the command ended.
+    if (this.running) await this.complete();
+  }
+
+  /** The command has ended and its output is complete: from the EXIT message, else from the status file. */
+  private async complete(ended?: { exitCode: number; signal: number; logEnd: number }): Promise<void> {
+    if (this.finalLogEnd !== undefined) return;
+    let end = ended;
+    if (!end) {
+      const status = await readHolderStatus(this.dir);
+      if (status) this.truncation = status.truncated;
+      end = status ?? { exitCode: -1, signal: 0, logEnd: await this.log.size() };
+      if (!status && !this.timedOut) this.logger.warn({ pid: this.pid }, 'the holder of a command ended without recording its exit: reporting exit code 1');
+    }
+    if (this.finalLogEnd !== undefined) return;
+    this.finalLogEnd = end.logEnd;
     this.reaped = true;
-    this.shellExit = { code, signal };
     clearTimeout(this.timeoutTimer);
-    if (this.openStreams === 0) return this.finish();
-    this.armDrainGrace();
-  }
-
-  private armDrainGrace(): void {
-    this.graceTimer = setTimeout(() => {
-      // One more turn of the event loop, so output already waiting in the
-      // pipes is read before the ends are closed, even on a busy loop.
-      setImmediate(() => {
-        if (this.exitInfo) return;
-        // A paused pipe is held by a slow reader of ours, not by a daemon: wait for it.
-        if (this.paused) return this.armDrainGrace();
-        this.logger.debug({ pid: this.pid }, 'output pipes still open after the shell exited (a daemon holds them): closing our ends');
-        this.finish();
-      });
-    }, OUTPUT_DRAIN_GRACE_MS);
-  }
-
-  private finish(): void {
-    if (this.exitInfo) return;
-    clearTimeout(this.graceTimer);
-    clearTimeout(this.timeoutTimer);
-    this.emit('stdout', this.decoders.stdout.end());
-    this.emit('stderr', this.decoders.stderr.end());
-    for (const stream of this.streams) stream.destroy();
-    this.stdinOpen = false;
-    this.subprocess.stdin?.destroy();
-
-    const { code, signal } = this.shellExit!;
-    let exit: ExitInfo;
-    if (this.timedOut) exit = { exit_code: TIMEOUT_EXIT_CODE, timed_out: true };
-    else if (signal) exit = { exit_code: 128 + (constants.signals[signal] ?? 0), signal };
-    else exit = { exit_code: code ?? 1 };
+    const timedOut = this.timedOut || (await fileExists(join(this.dir, 'timed_out')));
+    const exit = describeExit(end.exitCode, end.signal, timedOut);
     this.exitInfo = exit;
-
-    for (const subscriber of this.subscribers) subscriber.finish(exit);
-    this.subscribers.clear();
+    for (const [subscriber, state] of this.subscribers) {
+      if (state === 'live') {
+        this.subscribers.delete(subscriber);
+        subscriber.finish(exit);
+      } else if (state === 'syncing') {
+        this.subscribers.set(subscriber, 'replaying');
+        subscriber.catchUp(this.log, () => this.finalLogEnd!);
+      }
+      // 'replaying' ones finish when they have caught up with the (now final) end.
+    }
     this.resolveFinished(exit);
   }
+}
+
+/** How the command ended, as the API reports it. */
+export function describeExit(exitCode: number, signal: number, timedOut: boolean): ExitInfo {
+  if (timedOut) return { exit_code: TIMEOUT_EXIT_CODE, timed_out: true };
+  if (signal > 0) return { exit_code: 128 + signal, signal: SIGNAL_NAMES.get(signal) ?? `SIG${signal}` };
+  return { exit_code: exitCode < 0 ? 1 : exitCode };
+}
+
+function fileExists(path: string): Promise<boolean> {
+  return access(path).then(
+    () => true,
+    () => false,
+  );
 }

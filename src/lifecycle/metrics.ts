@@ -25,7 +25,10 @@ export class MetricsReader {
   #previous: CpuTimes = { busy: 0, total: 0 };
   #lastPct = 0;
 
-  constructor(private readonly countTracked: () => number) {}
+  constructor(
+    private readonly countTracked: () => number,
+    private readonly keptOutput: () => { memory: number; spool: number },
+  ) {}
 
   async read(): Promise<Metrics> {
     const [stat, meminfo, uptime, disk] = await Promise.all([
@@ -46,6 +49,7 @@ export class MetricsReader {
       disk_used_bytes: (disk.blocks - disk.bfree) * disk.bsize,
       processes_tracked: this.countTracked(),
       envd_rss_bytes: process.memoryUsage.rss(),
+      ...keptOutputFigures(this.keptOutput()),
       uptime_s: Number(uptime.split(' ')[0]),
     };
   }
@@ -74,4 +78,8 @@ export function parseProcStat(text: string): { times: CpuTimes; cpuCount: number
 function meminfoKib(text: string, key: string): number {
   const match = new RegExp(`^${key}:\\s+(\\d+)`, 'm').exec(text);
   return match ? Number(match[1]) : 0;
+}
+
+function keptOutputFigures({ memory, spool }: { memory: number; spool: number }) {
+  return { output_memory_bytes: memory, output_spool_bytes: spool };
 }

@@ -21,7 +21,10 @@ export interface LifecycleRoutesOptions {
 export const lifecycleRoutes: FastifyPluginAsyncTypebox<LifecycleRoutesOptions> = async (app, { config, state, processes, setClock = setSystemClock }) => {
   const log = app.log.child({ feature: 'lifecycle' });
   const clock = new ClockSync(setClock, log);
-  const metrics = new MetricsReader(() => processes.size);
+  const metrics = new MetricsReader(
+    () => processes.size,
+    () => processes.usage(),
+  );
   const tokenFile = config.accessTokenFile === undefined ? undefined : new TokenFile(config.accessTokenFile, log);
 
   // Polled every few milliseconds during boot and resume: no disk, no process work.

@@ -42,6 +42,8 @@ export const MetricsSchema = Type.Object({
   disk_used_bytes: Type.Integer({ minimum: 0, description: 'Blocks in use on /, as df counts them' }),
   processes_tracked: Type.Integer({ minimum: 0, description: 'Commands envd tracks' }),
   envd_rss_bytes: Type.Integer({ minimum: 0, description: "envd's resident set size" }),
+  output_memory_bytes: Type.Integer({ minimum: 0, description: 'Kept command output held in memory (tmpfs under the state dir), all commands together' }),
+  output_spool_bytes: Type.Integer({ minimum: 0, description: 'Kept command output in the spool on disk, all commands together' }),
   uptime_s: Type.Number({ minimum: 0, description: 'System uptime from /proc/uptime' }),
 });
 

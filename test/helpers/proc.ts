@@ -1,5 +1,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
-import { readdirSync, readFileSync, readlinkSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, readlinkSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import pkg from '../../package.json' with { type: 'json' };
 
@@ -24,14 +26,17 @@ export function countInotify(pid: number | 'self' = 'self'): number {
   return count;
 }
 
-/** Live (not zombie) processes whose command line contains the marker. */
+/**
+ * Live (not zombie) processes whose command line contains the marker. Command
+ * holders are left out: their command line repeats the command they hold.
+ */
 export function findProcesses(marker: string): number[] {
   const found: number[] = [];
   for (const entry of readdirSync('/proc')) {
     if (!/^\d+$/.test(entry) || Number(entry) === process.pid) continue;
     try {
       const cmdline = readFileSync(`/proc/${entry}/cmdline`, 'utf8').replaceAll('\0', ' ');
-      if (!cmdline.includes(marker)) continue;
+      if (!cmdline.includes(marker) || cmdline.split(' ')[0]!.includes('envd-holder')) continue;
       const state = readFileSync(`/proc/${entry}/stat`, 'utf8').split(') ')[1]?.[0];
       if (state !== 'Z') found.push(Number(entry));
     } catch {
@@ -72,6 +77,9 @@ export async function waitFor(check: () => boolean | Promise<boolean>, timeoutMs
 export interface EnvdProcess {
   child: ChildProcess;
   url: string;
+  /** The state and spool directories it was given (temporary ones unless the caller passed its own). */
+  stateDir: string;
+  spoolDir: string;
   /** Every stdout line so far. */
   lines: string[];
   stop(signal?: NodeJS.Signals): Promise<number | null>;
@@ -79,7 +87,12 @@ export interface EnvdProcess {
 
 /** Runs the built bundle as its own process and waits until it listens. */
 export async function startEnvdProcess(args: string[] = [], env: NodeJS.ProcessEnv = {}, cwd?: string, script = `${process.cwd()}/dist/envd.js`): Promise<EnvdProcess> {
-  const child = spawn(process.execPath, [...ENVD_NODE_FLAGS, script, '--host', '127.0.0.1', '--port', '0', ...args], {
+  // Never the real /run/envd and /var/lib/envd of a root test run: a temporary pair, removed when envd stops.
+  const given = args.includes('--state-dir');
+  const dirs = given ? undefined : mkdtempSync(join(tmpdir(), 'envd-proc-'));
+  const dirArgs = dirs ? ['--state-dir', join(dirs, 'state'), '--spool-dir', join(dirs, 'spool')] : [];
+  const allArgs = [...dirArgs, ...args];
+  const child = spawn(process.execPath, [...ENVD_NODE_FLAGS, script, '--host', '127.0.0.1', '--port', '0', ...allArgs], {
     cwd,
     env: { PATH: process.env.PATH, ...env },
     stdio: ['ignore', 'pipe', 'inherit'],
@@ -103,13 +116,18 @@ export async function startEnvdProcess(args: string[] = [], env: NodeJS.ProcessE
       }
     });
   });
+  const option = (name: string) => allArgs[allArgs.lastIndexOf(name) + 1]!;
   return {
     child,
     url,
+    stateDir: option('--state-dir'),
+    spoolDir: option('--spool-dir'),
     lines,
     async stop(signal = 'SIGTERM') {
       if (child.exitCode === null && child.signalCode === null) child.kill(signal);
-      return exited;
+      const code = await exited;
+      if (dirs) rmSync(dirs, { recursive: true, force: true });
+      return code;
     },
   };
 }

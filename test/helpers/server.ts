@@ -1,7 +1,10 @@
 import { randomBytes } from 'node:crypto';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { Writable } from 'node:stream';
 import { buildApp, type App, type AppDeps } from '../../src/app.js';
-import { DEFAULT_MAX_OUTPUT_BYTES, type Config } from '../../src/config.js';
+import { DEFAULT_MAX_OUTPUT_BYTES, DEFAULT_MAX_SPOOL_BYTES, DEFAULT_OUTPUT_MEMORY_BYTES, type Config } from '../../src/config.js';
 import { createLogger } from '../../src/logger.js';
 
 export interface TestServer {
@@ -14,7 +17,10 @@ export interface TestServer {
   call(method: string, path: string, body?: unknown, init?: RequestInit): Promise<Response>;
   /** call() and parse the JSON answer. */
   json<T = any>(method: string, path: string, body?: unknown, init?: RequestInit): Promise<{ status: number; body: T }>;
+  /** Stops envd (killing its commands) and removes its state and spool directories unless the test gave them. */
   close(): Promise<void>;
+  /** Stops envd as a restart would: commands keep running with their holders, state stays for the next envd. */
+  detach(): Promise<void>;
 }
 
 export function testConfig(overrides: Partial<Config> = {}): Config {
@@ -26,9 +32,20 @@ export function testConfig(overrides: Partial<Config> = {}): Config {
     defaultUser: undefined,
     defaultWorkdir: undefined,
     maxOutputBytes: DEFAULT_MAX_OUTPUT_BYTES,
+    outputMemoryBytes: DEFAULT_OUTPUT_MEMORY_BYTES,
+    maxSpoolBytes: DEFAULT_MAX_SPOOL_BYTES,
+    // Placeholders: startServer gives every server its own temporary state and spool directories.
+    stateDir: '/nonexistent/state',
+    spoolDir: '/nonexistent/spool',
     logLevel: 'info',
     ...overrides,
   };
+}
+
+/** A temporary directory with `state/` and `spool/` for one envd (or for several in turn, across a restart). */
+export function makeEnvdDirs(): { root: string; stateDir: string; spoolDir: string; remove(): void } {
+  const root = mkdtempSync(join(tmpdir(), 'envd-dirs-'));
+  return { root, stateDir: join(root, 'state'), spoolDir: join(root, 'spool'), remove: () => rmSync(root, { recursive: true, force: true }) };
 }
 
 /** A real envd listening on 127.0.0.1 on a free port, in this process. `deps` injects e.g. a fake clock setter. */
@@ -41,7 +58,8 @@ export async function startServer(overrides: Partial<Config> = {}, deps: Pick<Ap
       done();
     },
   });
-  const config = testConfig({ ...overrides, accessToken: token });
+  const dirs = overrides.stateDir === undefined ? makeEnvdDirs() : undefined;
+  const config = testConfig({ ...(dirs ? { stateDir: dirs.stateDir, spoolDir: dirs.spoolDir } : {}), ...overrides, accessToken: token });
   const app = await buildApp({ ...deps, config, logger: createLogger(config.logLevel, sink) });
   await app.listen({ host: '127.0.0.1', port: 0 });
   const address = app.server.address();
@@ -63,5 +81,13 @@ export async function startServer(overrides: Partial<Config> = {}, deps: Pick<Ap
     const text = await response.text();
     return { status: response.status, body: text ? JSON.parse(text) : undefined };
   };
-  return { url, token: token ?? '', app, logs, call, json, close: () => app.close() };
+  const close = async () => {
+    await app.close();
+    dirs?.remove();
+  };
+  const detach = async () => {
+    app.envd.processes.detach();
+    await app.close();
+  };
+  return { url, token: token ?? '', app, logs, call, json, close, detach };
 }

@@ -1,8 +1,8 @@
-import { afterEach, describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it, onTestFinished } from 'vitest';
 import { buildApp, type App } from '../../src/app.js';
 import { InitBody } from '../../src/lifecycle/schemas.js';
 import { createLogger } from '../../src/logger.js';
-import { startServer, testConfig, type TestServer } from '../helpers/server.js';
+import { makeEnvdDirs, startServer, testConfig, type TestServer } from '../helpers/server.js';
 import { missingFromDocument, registeredRoutes } from './registered-routes.js';
 
 type Operation = { summary?: string; security?: unknown[]; parameters?: { in: string; name: string }[]; requestBody?: any; responses: Record<string, any> };
@@ -51,7 +51,9 @@ describe('GET /openapi.json', () => {
   });
 
   it('notices a route that is left out of the document (the check above is not vacuous)', async () => {
-    built = await buildApp({ config: testConfig({ accessToken: 'tok' }), logger: createLogger('silent'), setClock: async () => {} });
+    const dirs = makeEnvdDirs();
+    onTestFinished(() => dirs.remove());
+    built = await buildApp({ config: testConfig({ accessToken: 'tok', stateDir: dirs.stateDir, spoolDir: dirs.spoolDir }), logger: createLogger('silent'), setClock: async () => {} });
     await built.register(
       async (plugin) => {
         plugin.get('/:id', { schema: { hide: true } }, async () => ({}));

@@ -1,0 +1,65 @@
+import { open, readFile, stat } from 'node:fs/promises';
+import { join } from 'node:path';
+import { FrameDecoder, type StreamName } from '../holder/protocol.js';
+
+/** Bytes read from a segment at a time: what one reader of kept output holds at most. */
+export const LOG_READ_BYTES = 256 * 1024;
+
+export interface Frame {
+  stream: StreamName;
+  bytes: Buffer;
+}
+
+/**
+ * A command's kept output as its holder wrote it: segment files (the memory
+ * tier in the command's state directory, then the spool on disk) listed in
+ * order in `segments`, each a run of frames. The log offset counts the bytes
+ * of all segments together; the holder reports how far it has written.
+ */
+export class KeptLog {
+  constructor(readonly dir: string) {}
+
+  async segmentPaths(): Promise<string[]> {
+    const text = await readFile(join(this.dir, 'segments'), 'utf8').catch(() => '');
+    return text.split('\n').filter(Boolean);
+  }
+
+  /** Bytes written so far in all segments (for a finished command: the whole log). */
+  async size(): Promise<number> {
+    let total = 0;
+    for (const path of await this.segmentPaths()) total += (await stat(path).catch(() => ({ size: 0 }))).size;
+    return total;
+  }
+
+  /**
+   * The frames from the start of the log up to `end()` (asked again as the
+   * reading goes, so a target that moves on is followed), reading at most
+   * LOG_READ_BYTES at a time. Stops early if a segment is missing (removed
+   * while read: the command was forgotten).
+   */
+  async *frames(end: () => number): AsyncGenerator<Frame> {
+    const decoder = new FrameDecoder();
+    let position = 0;
+    let paths = await this.segmentPaths();
+    for (let index = 0; position < end(); index++) {
+      if (index >= paths.length) paths = await this.segmentPaths();
+      const path = paths[index];
+      if (path === undefined) return;
+      const handle = await open(path, 'r').catch(() => undefined);
+      if (!handle) return;
+      try {
+        for (let offset = 0; position < end(); ) {
+          const buffer = Buffer.allocUnsafe(Math.min(LOG_READ_BYTES, end() - position));
+          const { bytesRead } = await handle.read(buffer, 0, buffer.length, offset);
+          if (bytesRead === 0) break;
+          offset += bytesRead;
+          position += bytesRead;
+          decoder.push(buffer.subarray(0, bytesRead));
+          for (let frame = decoder.next(); frame; frame = decoder.next()) yield frame;
+        }
+      } finally {
+        await handle.close();
+      }
+    }
+  }
+}

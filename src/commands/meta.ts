@@ -1,0 +1,93 @@
+import { readFile, rename, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+
+/**
+ * The version of what envd writes into a command's state directory. A newer
+ * envd reads every older version (it adds fields with defaults); an older envd
+ * leaves a newer record alone instead of guessing at it.
+ */
+export const META_VERSION = 1;
+
+export interface PtySize {
+  cols: number;
+  rows: number;
+}
+
+/** What was asked for a command: written by envd before the holder starts, read back by a restarted envd. */
+export interface CommandMeta {
+  v: number;
+  cmd: string;
+  cwd: string;
+  user: string;
+  background: boolean;
+  stdin: boolean;
+  pty: PtySize | null;
+  started_at: string;
+  /** CLOCK_MONOTONIC milliseconds (system-wide, so a restarted envd can compare) when the timeout fires; null: none. */
+  deadline_ms: number | null;
+  /** The command's slot in the usage table. */
+  slot: number;
+}
+
+/** What the holder wrote about the processes: the shell's and its own pid, each with its start time. */
+export interface HolderPids {
+  shellPid: number;
+  shellStart: string;
+  holderPid: number;
+  holderStart: string;
+}
+
+/** How the holder recorded the end: written once the output was complete. */
+export interface HolderStatus {
+  exitCode: number;
+  signal: number;
+  truncated: { stdout: boolean; stderr: boolean };
+  logEnd: number;
+}
+
+export async function writeMeta(dir: string, meta: CommandMeta): Promise<void> {
+  const temp = join(dir, 'meta.json.tmp');
+  await writeFile(temp, JSON.stringify(meta), { mode: 0o600 });
+  await rename(temp, join(dir, 'meta.json'));
+}
+
+/** The record, or undefined when it is missing, unreadable or written by a newer envd. */
+export async function readMeta(dir: string): Promise<CommandMeta | undefined> {
+  const text = await readFile(join(dir, 'meta.json'), 'utf8').catch(() => undefined);
+  if (text === undefined) return undefined;
+  try {
+    const meta = JSON.parse(text) as CommandMeta;
+    if (typeof meta.v !== 'number' || meta.v > META_VERSION) return undefined;
+    return { ...meta, pty: meta.pty ?? null, deadline_ms: meta.deadline_ms ?? null };
+  } catch {
+    return undefined;
+  }
+}
+
+export async function readHolderPids(dir: string): Promise<HolderPids | undefined> {
+  const text = await readFile(join(dir, 'pid'), 'utf8').catch(() => undefined);
+  const [shellPid, shellStart, holderPid, holderStart] = text?.trim().split(' ') ?? [];
+  if (!shellPid || !shellStart || !holderPid || !holderStart) return undefined;
+  return { shellPid: Number(shellPid), shellStart, holderPid: Number(holderPid), holderStart };
+}
+
+export async function readHolderStatus(dir: string): Promise<HolderStatus | undefined> {
+  const text = await readFile(join(dir, 'status'), 'utf8').catch(() => undefined);
+  const fields = text?.trim().split(' ').map(Number) ?? [];
+  if (fields.length < 5 || fields.some((n) => !Number.isFinite(n))) return undefined;
+  const [exitCode, signal, out, err, logEnd] = fields as [number, number, number, number, number];
+  return { exitCode, signal, truncated: { stdout: out === 1, stderr: err === 1 }, logEnd };
+}
+
+/** Field 22 of /proc/<pid>/stat: when the process started, in clock ticks since boot. Undefined if it is gone. */
+export async function processStartTime(pid: number): Promise<string | undefined> {
+  const stat = await readFile(`/proc/${pid}/stat`, 'utf8').catch(() => undefined);
+  if (stat === undefined) return undefined;
+  // The command name may hold ") ", so fields are counted after the last one: state is field 3, start time 22.
+  return stat.slice(stat.lastIndexOf(')') + 2).split(' ')[19];
+}
+
+/** Milliseconds of CLOCK_MONOTONIC, the same clock for every process on this boot (a restarted envd included). */
+export function monotonicMs(): number {
+  return Number(process.hrtime.bigint() / 1_000_000n);
+}

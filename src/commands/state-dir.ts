@@ -1,0 +1,137 @@
+import { randomBytes } from 'node:crypto';
+import { closeSync, constants, fstatSync, ftruncateSync, openSync, readSync, writeSync } from 'node:fs';
+import { chmod, mkdir, readdir, rm } from 'node:fs/promises';
+import { join } from 'node:path';
+import { HttpError } from '../errors.js';
+
+/** Slots in the usage table: at most this many commands can be tracked at once. */
+export const USAGE_SLOTS = 4096;
+const SLOT_BYTES = 16;
+
+/**
+ * envd's two places outside its heap: the state directory (tmpfs: command
+ * records, holder sockets and the memory tier of kept output) and the spool
+ * (disk: kept output past the memory budget).
+ *
+ * The usage table is how the holders share one memory budget and one spool
+ * budget without talking to envd: each command owns a slot of two u64 (bytes
+ * it keeps in memory, bytes it keeps in the spool) that only its holder
+ * writes; a holder sums every slot before it decides where a chunk goes.
+ * envd only hands slots out and zeroes a slot once the command's files are
+ * gone and its holder has exited.
+ */
+export class StateDir {
+  readonly commandsDir: string;
+  readonly usagePath: string;
+  private readonly usageFd: number;
+  private readonly freeSlots: number[] = [];
+  private readonly usedSlots = new Set<number>();
+  private closed = false;
+
+  private constructor(
+    readonly root: string,
+    readonly spoolDir: string,
+  ) {
+    this.commandsDir = join(root, 'cmds');
+    this.usagePath = join(root, 'usage');
+    // Read-write and created if missing, without O_APPEND (which would make positioned writes append).
+    this.usageFd = openSync(this.usagePath, constants.O_RDWR | constants.O_CREAT, 0o600);
+    if (fstatSync(this.usageFd).size !== USAGE_SLOTS * SLOT_BYTES) ftruncateSync(this.usageFd, USAGE_SLOTS * SLOT_BYTES);
+  }
+
+  /** Creates the directories (0700: kept output holds secrets) and the usage table. */
+  static async open(root: string, spoolDir: string): Promise<StateDir> {
+    for (const dir of [root, join(root, 'cmds'), spoolDir]) {
+      await mkdir(dir, { recursive: true, mode: 0o700 });
+      await chmod(dir, 0o700);
+    }
+    return new StateDir(root, spoolDir);
+  }
+
+  /** Marks the slots of re-adopted commands as taken and zeroes every other one (left by commands that are gone). */
+  claimSlots(taken: Iterable<number>): void {
+    this.usedSlots.clear();
+    for (const slot of taken) this.usedSlots.add(slot);
+    this.freeSlots.length = 0;
+    for (let slot = USAGE_SLOTS - 1; slot >= 0; slot--) {
+      if (this.usedSlots.has(slot)) continue;
+      this.zeroSlot(slot);
+      this.freeSlots.push(slot);
+    }
+  }
+
+  takeSlot(): number {
+    const slot = this.freeSlots.pop();
+    if (slot === undefined) throw new HttpError(503, `envd tracks ${USAGE_SLOTS} commands already; wait for or kill some and retry`);
+    this.usedSlots.add(slot);
+    return slot;
+  }
+
+  /** Called once the command's files are removed and its holder is gone: nothing can write the slot any more. */
+  releaseSlot(slot: number): void {
+    if (!this.usedSlots.delete(slot)) return;
+    this.zeroSlot(slot);
+    this.freeSlots.push(slot);
+  }
+
+  /** Bytes of kept output in memory and in the spool, over all commands. */
+  usage(): { memory: number; spool: number } {
+    if (this.closed) return { memory: 0, spool: 0 };
+    const table = Buffer.alloc(USAGE_SLOTS * SLOT_BYTES);
+    readSync(this.usageFd, table, 0, table.length, 0);
+    let memory = 0n;
+    let spool = 0n;
+    for (let offset = 0; offset < table.length; offset += SLOT_BYTES) {
+      memory += table.readBigUInt64LE(offset);
+      spool += table.readBigUInt64LE(offset + 8);
+    }
+    return { memory: Number(memory), spool: Number(spool) };
+  }
+
+  async createCommandDir(): Promise<{ id: string; dir: string }> {
+    const id = randomBytes(8).toString('hex');
+    const dir = join(this.commandsDir, id);
+    await mkdir(dir, { mode: 0o700 });
+    return { id, dir };
+  }
+
+  commandDir(id: string): string {
+    return join(this.commandsDir, id);
+  }
+
+  async listCommandIds(): Promise<string[]> {
+    return (await readdir(this.commandsDir).catch(() => [])).filter((name) => /^[0-9a-f]{16}$/.test(name));
+  }
+
+  /** Removes a command's record and every segment of its kept output, in both tiers. */
+  async removeCommand(id: string): Promise<void> {
+    await rm(this.commandDir(id), { recursive: true, force: true });
+    const prefix = `${id}.`;
+    for (const name of await readdir(this.spoolDir).catch(() => [] as string[])) {
+      if (name.startsWith(prefix)) await rm(join(this.spoolDir, name), { force: true });
+    }
+  }
+
+  /** Removes spool files of commands nobody tracks any more (a crash between a command's end and its cleanup). */
+  async sweepSpool(tracked: ReadonlySet<string>): Promise<number> {
+    let removed = 0;
+    for (const name of await readdir(this.spoolDir).catch(() => [] as string[])) {
+      if (tracked.has(name.split('.')[0]!)) continue;
+      await rm(join(this.spoolDir, name), { recursive: true, force: true });
+      removed++;
+    }
+    return removed;
+  }
+
+  close(): void {
+    if (this.closed) return;
+    this.closed = true;
+    closeSync(this.usageFd);
+  }
+
+  private zeroSlot(slot: number): void {
+    // After close (envd stopping), a late release has nothing left to update: the next envd zeroes unclaimed slots.
+    if (this.closed) return;
+    writeSync(this.usageFd, Buffer.alloc(SLOT_BYTES), 0, SLOT_BYTES, slot * SLOT_BYTES);
+  }
+}
