@@ -1,12 +1,15 @@
 import { ConfigError, HELP, parseCli } from './config.js';
 import { buildApp } from './app.js';
 import { createLogger } from './logger.js';
+import { runShell } from './shell/client.js';
+import { parseShellArgs, SHELL_HELP, ShellUsageError } from './shell/options.js';
 import { VERSION } from './version.js';
 
 /** How long SIGTERM may take before envd exits regardless. */
 const SHUTDOWN_DEADLINE_MS = 5_000;
 
 async function main(): Promise<void> {
+  if (process.argv[2] === 'shell') return shell(process.argv.slice(3));
   let action;
   try {
     action = parseCli(process.argv.slice(2), process.env);
@@ -29,7 +32,13 @@ async function main(): Promise<void> {
   const stop = (signal: NodeJS.Signals) => {
     if (stopping) return;
     stopping = true;
-    logger.info({ signal }, 'shutting down: closing the listener and killing started process groups');
+    if (signal === 'SIGHUP') {
+      // A restart (the guest's unit stops envd with SIGHUP): commands and their holders live on for the next envd.
+      logger.info({ signal }, 'exiting for a restart: closing the listener, leaving commands running for the next envd');
+      app.envd.processes.detach();
+    } else {
+      logger.info({ signal }, 'shutting down: closing the listener and killing started process groups');
+    }
     setTimeout(() => process.exit(0), SHUTDOWN_DEADLINE_MS).unref();
     app.close().then(
       () => process.exit(0),
@@ -41,6 +50,7 @@ async function main(): Promise<void> {
   };
   process.on('SIGTERM', stop);
   process.on('SIGINT', stop);
+  process.on('SIGHUP', stop);
 
   try {
     await app.listen({ host: config.host, port: config.port });
@@ -49,6 +59,28 @@ async function main(): Promise<void> {
     process.exit(1);
   }
   logger.info({ version: VERSION, host: config.host, port: config.port, initialised: app.envd.state.token.isSet }, 'envd ready');
+}
+
+/** `envd shell …`: the same executable as a terminal client of an envd. */
+async function shell(argv: string[]): Promise<void> {
+  let options;
+  try {
+    options = parseShellArgs(argv, process.env);
+  } catch (error) {
+    if (!(error instanceof ShellUsageError)) throw error;
+    process.stderr.write(`envd shell: ${error.message}\nRun envd shell --help for the options.\n`);
+    process.exit(2);
+  }
+  if (!options) return void process.stdout.write(SHELL_HELP);
+  try {
+    process.exit(await runShell(options));
+  } catch (error) {
+    // fetch says only "fetch failed"; the reason (ECONNREFUSED, a DNS error) is its cause.
+    const cause = (error as { cause?: { message?: string } }).cause?.message;
+    const why = cause ? `cannot reach envd at ${options.url}: ${cause}` : (error as Error).message;
+    process.stderr.write(`envd shell: ${why}\n`);
+    process.exit(1);
+  }
 }
 
 void main();
