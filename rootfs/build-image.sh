@@ -66,7 +66,7 @@ cp -a "$base" "$cache/rootfs"
 rm -f "$cache/rootfs/.complete"
 "$here/install.sh" "$cache/rootfs" --default-user user
 
-size_mib=$(( $(du -sm "$cache/rootfs" | cut -f1) + 512 ))
+size_mib=$(( $(du -sm "$cache/rootfs" | cut -f1) + 1536 ))
 rm -f "$cache/image.ext4.partial"
 mkfs.ext4 -q -L envd-root -d "$cache/rootfs" "$cache/image.ext4.partial" "${size_mib}M"
 mv "$cache/image.ext4.partial" "$cache/image.ext4"

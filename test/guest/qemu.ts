@@ -24,6 +24,8 @@ export interface QemuOptions {
   rtcBase?: string;
   /** A state file written by saveState: the VM resumes from it instead of booting. */
   incoming?: string;
+  /** The VM's memory in MiB (default 768). */
+  memoryMiB?: number;
 }
 
 /** KVM only where the CPU offers it to us; otherwise multi-threaded TCG. */
@@ -50,7 +52,7 @@ export async function startQemu(options: QemuOptions): Promise<QemuGuest> {
   const qmpSocket = join(options.dir, `${options.name}.qmp`);
   // A restored VM must have the same devices as the one saved: these arguments are shared.
   const args = [
-    '-M', 'pc', ...pickAccelerator(), '-smp', '2', '-m', '768',
+    '-M', 'pc', ...pickAccelerator(), '-smp', '2', '-m', String(options.memoryMiB ?? 768),
     '-display', 'none', '-no-reboot', '-nodefaults', '-serial', `file:${join(options.dir, `${options.name}.console.log`)}`,
     '-kernel', kernel, '-initrd', initrd,
     '-append', 'console=ttyS0 root=/dev/vda rw quiet panic=-1 systemd.show_status=0',

@@ -109,36 +109,105 @@ export function registerScenario(guest: () => { client: EnvdClient; name: string
     expect((await client.json('DELETE', `/commands/${pid}`)).body).toEqual({ killed: false });
   });
 
-  it('comes back after kill -9 while a command started before keeps running', async () => {
+  it('runs a command on a terminal through the single executable (the holder it carries)', async () => {
+    const result = await run(guest().client, 'tty; stty size; echo "$TERM"', { pty: { cols: 90, rows: 20 } });
+    expect(result.stdout).toMatch(/^\/dev\/pts\/\d+\r\n20 90\r\nxterm-256color\r\n$/);
+  });
+
+  it('comes back after kill -9 and re-adopts its commands: printing, stdin, terminal, one about to exit', async () => {
     const { client, name } = guest();
-    const survivor = await client.json('POST', '/commands', { cmd: 'sleep 900', background: true });
-    expect(survivor.status).toBe(200);
+    const started = await startRestartWitnesses(client);
     const before = (await run(client, 'pidof envd', { user: 'root' })).stdout.trim();
     // Detached from envd's process group and delayed, so envd answers before it dies.
     await client.json('POST', '/commands', { cmd: 'sleep 1; kill -9 $(pidof envd)', user: 'root', background: true });
-
-    let downAt = 0;
-    const deadline = Date.now() + 30_000;
-    while (downAt === 0 && Date.now() < deadline) {
-      try {
-        await fetch(`${client.url}/health`, { signal: AbortSignal.timeout(500) });
-      } catch {
-        downAt = Date.now();
-      }
-      await new Promise((r) => setTimeout(r, 20));
-    }
-    expect(downAt, 'envd never went down').toBeGreaterThan(0);
-    const backMs = await waitForHealth(client.url, 30_000);
+    const backMs = await waitForRestart(client);
     console.log(`${name}: envd back ${backMs} ms after kill -9 (systemd Restart=always, RestartSec=200ms)`);
 
     // The restarted envd read its token back from /run/envd/token: still initialised,
     // so /init stays closed to anyone without the token.
     const hijack = await fetch(`${client.url}/init`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ access_token: 'hijack' }) });
     expect(hijack.status).toBe(401);
-    const after = await run(client, `pidof envd; test -d /proc/${survivor.body.pid} && echo survivor-running`, { user: 'root' });
-    expect(after.stdout).toMatch(/^\d+\nsurvivor-running\n$/);
-    expect(after.stdout.split('\n')[0]).not.toBe(before);
-    await run(client, `kill ${survivor.body.pid}`, { user: 'root' });
+    expect((await run(client, 'pidof envd', { user: 'root' })).stdout.trim()).not.toBe(before);
+    await checkRestartWitnesses(client, started);
     if (name === 'nspawn') expect(backMs).toBeLessThan(2_000);
   });
+
+  it('loses no command to `systemctl restart envd` after the binary is replaced', async () => {
+    const { client, name } = guest();
+    const started = await startRestartWitnesses(client);
+    // A new inode at the same path, as a package upgrade leaves it; then the unit's restart (SIGHUP, KillMode=process).
+    await client.json('POST', '/commands', {
+      cmd: 'sleep 1; cp /usr/local/bin/envd /usr/local/bin/envd.new && mv -f /usr/local/bin/envd.new /usr/local/bin/envd && systemctl restart envd',
+      user: 'root',
+      background: true,
+    });
+    const backMs = await waitForRestart(client);
+    console.log(`${name}: envd back ${backMs} ms after systemctl restart with a replaced binary`);
+    await checkRestartWitnesses(client, started);
+  });
+
+  it('names its process envd in ps', async () => {
+    const result = await run(guest().client, 'ps -o comm= -p $(pidof envd)', { user: 'root' });
+    expect(result.stdout).toBe('envd\n');
+  });
+}
+
+interface Witnesses {
+  ticker: number;
+  reader: number;
+  terminal: number;
+  ending: number;
+}
+
+/** Commands whose fate across a restart of envd tells whether it lost anything. */
+async function startRestartWitnesses(client: EnvdClient): Promise<Witnesses> {
+  const start = async (body: Record<string, unknown>) => {
+    const { status, body: answer } = await client.json('POST', '/commands', { ...body, background: true });
+    expect(status, JSON.stringify(answer)).toBe(200);
+    return answer.pid as number;
+  };
+  const witnesses = {
+    ticker: await start({ cmd: 'for i in $(seq 1 40); do echo "tick $i"; sleep 0.1; done; exit 7' }),
+    reader: await start({ cmd: 'cat', stdin: true }),
+    terminal: await start({ pty: { cols: 80, rows: 24 } }),
+    ending: await start({ cmd: 'sleep 1.5; exit 5' }),
+  };
+  expect((await client.json('POST', `/commands/${witnesses.reader}/stdin`, { data: 'before\n' })).status).toBe(200);
+  expect((await client.json('POST', `/commands/${witnesses.terminal}/stdin`, { data: 'echo one-$((1+1))\n' })).status).toBe(200);
+  return witnesses;
+}
+
+/** Polls until envd has gone down and come back; returns how long it was away. */
+async function waitForRestart(client: EnvdClient): Promise<number> {
+  let downAt = 0;
+  const deadline = Date.now() + 30_000;
+  while (downAt === 0 && Date.now() < deadline) {
+    try {
+      await fetch(`${client.url}/health`, { signal: AbortSignal.timeout(500) });
+    } catch {
+      downAt = Date.now();
+    }
+    await new Promise((r) => setTimeout(r, 20));
+  }
+  expect(downAt, 'envd never went down').toBeGreaterThan(0);
+  return waitForHealth(client.url, 60_000);
+}
+
+async function checkRestartWitnesses(client: EnvdClient, w: Witnesses): Promise<void> {
+  const listed = (await client.json('GET', '/commands')).body.processes.map((p: { pid: number }) => p.pid);
+  for (const pid of Object.values(w)) expect(listed).toContain(pid);
+  expect((await client.json('POST', `/commands/${w.reader}/stdin`, { data: 'after\n' })).status).toBe(200);
+  expect((await client.json('DELETE', `/commands/${w.reader}/stdin`)).status).toBe(200);
+  expect((await client.json('GET', `/commands/${w.reader}/wait`)).body).toEqual({ stdout: 'before\nafter\n', stderr: '', exit_code: 0 });
+  expect((await client.json('POST', `/commands/${w.terminal}/stdin`, { data: 'echo two-$((1+1)); exit 3\n' })).status).toBe(200);
+  const terminal = (await client.json('GET', `/commands/${w.terminal}/wait`)).body;
+  expect(terminal.stdout).toContain('one-2');
+  expect(terminal.stdout).toContain('two-2');
+  expect(terminal.exit_code).toBe(3);
+  expect((await client.json('GET', `/commands/${w.ticker}/wait`)).body).toEqual({
+    stdout: Array.from({ length: 40 }, (_, i) => `tick ${i + 1}\n`).join(''),
+    stderr: '',
+    exit_code: 7,
+  });
+  expect((await client.json('GET', `/commands/${w.ending}/wait`)).body).toEqual({ stdout: '', stderr: '', exit_code: 5 });
 }

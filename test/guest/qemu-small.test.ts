@@ -1,0 +1,80 @@
+import { randomBytes } from 'node:crypto';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createClient, run, waitForHealth, type EnvdClient } from './client.js';
+import { IMAGE_FILE } from './paths.js';
+import { createOverlay, startQemu, type QemuGuest } from './qemu.js';
+
+// envd in the smallest sandbox it is meant for: a 512 MiB VM where a user process takes
+// 300 MiB while eight verbose background commands print and nobody reads them.
+const BOOT_TIMEOUT_MS = 240_000;
+const MIB = 1024 * 1024;
+const VERBOSE = 8;
+const VERBOSE_BYTES = 100_000_000;
+const BUDGET = 64 * MIB;
+
+describe('envd in a 512 MiB qemu VM under output storms', () => {
+  let dir: string;
+  let vm: QemuGuest | undefined;
+  let client: EnvdClient;
+
+  beforeAll(async () => {
+    dir = mkdtempSync(join(tmpdir(), 'envd-qemu-small-'));
+    createOverlay(IMAGE_FILE, join(dir, 'disk.qcow2'));
+    vm = await startQemu({ disk: join(dir, 'disk.qcow2'), dir, name: 'small', memoryMiB: 512 });
+    await waitForHealth(vm.url, BOOT_TIMEOUT_MS, vm.alive);
+    client = createClient(vm.url);
+    client.token = randomBytes(24).toString('hex');
+    expect((await client.call('POST', '/init', { access_token: client.token, default_user: 'user', timestamp: new Date().toISOString() })).status).toBe(204);
+  });
+
+  afterAll(async () => {
+    await vm?.stop();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  it('keeps the user process alive and its own RSS within budget, and wait still returns the output', async () => {
+    await new Promise((r) => setTimeout(r, 3_000));
+    const rss = async () => (await client.json('GET', '/metrics')).body.envd_rss_bytes as number;
+    const idle = await rss();
+    const hog = (await client.json('POST', '/commands', { cmd: 'exec perl -e \'$x = "a" x (300 * 1024 * 1024); sleep 3600\'', background: true })).body.pid as number;
+    await new Promise((r) => setTimeout(r, 5_000));
+    const pids: number[] = [];
+    for (let i = 0; i < VERBOSE; i++) {
+      const started = await client.json('POST', '/commands', { cmd: `yes "verbose command ${i} prints a line of text" | head -c ${VERBOSE_BYTES}`, background: true });
+      expect(started.status).toBe(200);
+      pids.push(started.body.pid);
+    }
+    let peak = idle;
+    const t = Date.now();
+    for (;;) {
+      peak = Math.max(peak, await rss());
+      const listed = (await client.json('GET', '/commands')).body.processes as { pid: number; running: boolean }[];
+      if (listed.filter((p) => pids.includes(p.pid) && !p.running).length === VERBOSE) break;
+      if (Date.now() - t > 600_000) throw new Error('the verbose commands did not finish in 10 minutes');
+      await new Promise((r) => setTimeout(r, 500));
+    }
+    const metrics = (await client.json('GET', '/metrics')).body;
+    console.log(
+      `qemu 512 MiB: ${VERBOSE} × ${VERBOSE_BYTES / 1e6} MB unread in ${((Date.now() - t) / 1000).toFixed(0)} s; envd RSS idle ${(idle / MIB).toFixed(1)} MiB, peak ${(peak / MIB).toFixed(1)} MiB (+${((peak - idle) / MIB).toFixed(1)}); ` +
+        `kept ${(metrics.output_memory_bytes / MIB).toFixed(1)} MiB in memory, ${(metrics.output_spool_bytes / MIB).toFixed(1)} MiB spooled; guest memory used ${metrics.mem_used_mib} of ${metrics.mem_total_mib} MiB`,
+    );
+    expect(peak - idle).toBeLessThanOrEqual(BUDGET);
+
+    // The user's 300 MiB process lived through it, and the kernel killed nobody.
+    expect((await run(client, `kill -0 ${hog} && echo alive`, { user: 'root' })).stdout).toBe('alive\n');
+    expect((await run(client, 'dmesg | grep -ci "out of memory\\|killed process" || true', { user: 'root' })).stdout.trim()).toBe('0');
+
+    // The seed's promise: background → wait → the output (up to the per-stream cap, or what the budgets kept).
+    const waited = await client.call('GET', `/commands/${pids[0]}/wait`);
+    expect(waited.status).toBe(200);
+    const result = (await waited.json()) as { stdout: string; exit_code: number; stdout_truncated?: boolean };
+    expect(result.exit_code).toBe(0);
+    expect(result.stdout.length).toBeGreaterThan(MIB);
+    expect(result.stdout.startsWith('verbose command 0 prints a line of text\n'.repeat(100))).toBe(true);
+    console.log(`qemu 512 MiB: wait returned ${(result.stdout.length / MIB).toFixed(1)} MiB of stdout${result.stdout_truncated ? ' (truncated)' : ''}; envd RSS after ${((await rss()) / MIB).toFixed(1)} MiB`);
+    for (const pid of [...pids.slice(1), hog]) await client.json('DELETE', `/commands/${pid}`);
+  });
+});
