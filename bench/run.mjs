@@ -12,7 +12,10 @@ import { run as download } from './download.mjs';
 import { run as execLatency } from './exec-latency.mjs';
 import { run as execThroughput } from './exec-throughput.mjs';
 import { run as httpFloor } from './http-floor.mjs';
+import { run as keystroke } from './keystroke.mjs';
 import { run as memory } from './memory.mjs';
+import { run as outputStorm } from './output-storm.mjs';
+import { run as readopt } from './readopt.mjs';
 import { run as startup } from './startup.mjs';
 import { run as streamThroughput } from './stream-throughput.mjs';
 import { run as upload } from './upload.mjs';
@@ -31,8 +34,13 @@ const sharedEnvd = [
   ['download', download],
   ['batch', batch],
   ['watch latency', watchLatency],
+  ['keystroke echo', keystroke],
 ];
-const last = [['memory under use', memory]];
+const last = [
+  ['memory under use', memory],
+  ['output storms', outputStorm],
+  ['re-adoption', readopt],
+];
 
 function describeMachine() {
   const cpu = readFileSync('/proc/cpuinfo', 'utf8').match(/^model name\s*:\s*(.*)$/m)?.[1] ?? cpus()[0]?.model ?? 'unknown';

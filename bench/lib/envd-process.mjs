@@ -5,7 +5,9 @@ import { randomBytes } from 'node:crypto';
 import { existsSync, readFileSync } from 'node:fs';
 import { request } from 'node:http';
 import { createServer } from 'node:net';
+import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { makeTempDir, removeTempDir } from './temp.mjs';
 
 export const ROOT = fileURLToPath(new URL('../../', import.meta.url));
 // ENVD_BENCH_BUNDLE / ENVD_BENCH_EXECUTABLE point the bench at another build (a before/after comparison).
@@ -120,8 +122,8 @@ export async function startServer({ command = process.execPath, args = [], env =
     url: `http://127.0.0.1:${port}`,
     startMs,
     child,
-    async stop() {
-      if (child.exitCode === null && child.signalCode === null) child.kill('SIGTERM');
+    async stop(signal = 'SIGTERM') {
+      if (child.exitCode === null && child.signalCode === null) child.kill(signal);
       const timer = setTimeout(() => child.kill('SIGKILL'), 6_000);
       await exited;
       clearTimeout(timer);
@@ -134,14 +136,26 @@ export async function startServer({ command = process.execPath, args = [], env =
  * fresh token and reduced logging: the bench measures envd's work, not the
  * cost of one pino line per request on stdout (see README, Performance).
  */
-export async function startEnvd({ executable = false, logLevel = 'warn' } = {}) {
-  const token = randomBytes(24).toString('hex');
+export async function startEnvd({ executable = false, logLevel = 'warn', dirs, token = randomBytes(24).toString('hex'), args = [] } = {}) {
   const file = executable ? ENVD_SEA : ENVD_JS;
   if (!existsSync(file)) throw new Error(`${file} does not exist (npm run build)`);
+  // Its own state and spool directories (never the real /run/envd of a root run), removed when it stops
+  // unless the caller gave them (a restart: the next envd opens the same ones).
+  const own = dirs ? undefined : makeTempDir('dirs');
+  const { stateDir, spoolDir } = dirs ?? { stateDir: join(own, 'state'), spoolDir: join(own, 'spool') };
   const server = await startServer({
     command: executable ? file : process.execPath,
-    args: [...(executable ? [] : [...ENVD_NODE_FLAGS, file]), '--log-level', logLevel],
+    args: [...(executable ? [] : [...ENVD_NODE_FLAGS, file]), '--log-level', logLevel, '--state-dir', stateDir, '--spool-dir', spoolDir, ...args],
     env: { ENVD_ACCESS_TOKEN: token },
   });
-  return { ...server, token };
+  return {
+    ...server,
+    token,
+    stateDir,
+    spoolDir,
+    async stop(signal) {
+      await server.stop(signal);
+      if (own) removeTempDir(own);
+    },
+  };
 }

@@ -1,0 +1,54 @@
+// Keystroke echo round trip on a terminal: POST /commands/{pid}/stdin with one
+// character → that character echoed back on the attach stream, p50 and p99.
+// The terminal runs `cat`, so the echo is the terminal's own (as in a shell).
+import { request } from 'node:http';
+import { postJson, send } from './lib/client.mjs';
+import { atMost, makeRow, printRow, runIfMain, withEnvd } from './lib/figure.mjs';
+import { percentile } from './lib/stats.mjs';
+
+const GOAL = atMost(5, 'ms');
+
+export async function run({ quick = false, envd } = {}) {
+  const rounds = quick ? 100 : 500;
+  const rows = await withEnvd(
+    { envd },
+    async (server) => {
+      const { pid } = await postJson(server, '/commands', { cmd: 'stty -icanon; cat', pty: { cols: 80, rows: 24 }, background: true });
+      let seen = '';
+      let waiting;
+      const attach = request({ host: '127.0.0.1', port: server.port, path: `/commands/${pid}/stream`, agent: false, headers: { authorization: `Bearer ${server.token}` } });
+      attach.end();
+      const res = await new Promise((resolve) => attach.once('response', resolve));
+      res.setEncoding('utf8');
+      res.on('data', (text) => {
+        seen += text;
+        if (waiting && seen.includes(waiting.mark)) waiting.resolve();
+      });
+      const samples = [];
+      try {
+        for (let i = 0; i < rounds + 10; i++) {
+          const mark = String.fromCharCode(97 + (i % 26));
+          seen = '';
+          const echoed = new Promise((resolve) => (waiting = { mark: `"data":"${mark}`, resolve }));
+          const start = performance.now();
+          await postJson(server, `/commands/${pid}/stdin`, { data: mark });
+          await echoed;
+          if (i >= 10) samples.push(performance.now() - start);
+        }
+      } finally {
+        attach.destroy();
+        await send(server, 'DELETE', `/commands/${pid}`);
+      }
+      const note = `${rounds} keystrokes, one at a time, over loopback (the stdin POST answered, then the echo on the stream)`;
+      return [
+        makeRow({ name: 'keystroke echo p50', unit: 'ms', envd: percentile(samples, 0.5), goal: GOAL, note }),
+        makeRow({ name: 'keystroke echo p99', unit: 'ms', envd: percentile(samples, 0.99), note }),
+      ];
+    },
+    (why) => [makeRow({ name: 'keystroke echo p50', unit: 'ms', envd: null, goal: GOAL, note: why })],
+  );
+  rows.forEach(printRow);
+  return rows;
+}
+
+await runIfMain(import.meta.url, run);

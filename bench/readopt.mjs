@@ -1,0 +1,39 @@
+// Re-adoption after a crash: 1,000 running background commands, envd killed with
+// SIGKILL, a new envd started on the same state directory; the time from its exec
+// to its first /health 200 (it re-adopts every command before it listens), against
+// a fresh envd's start-up with nothing to re-adopt. Goal: under a second.
+import { postJson, send } from './lib/client.mjs';
+import { atMost, makeRow, printRow, runIfMain } from './lib/figure.mjs';
+import { startEnvd } from './lib/envd-process.mjs';
+import { runConcurrently } from './lib/stats.mjs';
+import { makeTempDir, removeTempDir } from './lib/temp.mjs';
+
+const GOAL = atMost(1000, 'ms');
+
+export async function run({ quick = false } = {}) {
+  const count = quick ? 200 : 1000;
+  const root = makeTempDir('readopt');
+  const dirs = { stateDir: `${root}/state`, spoolDir: `${root}/spool` };
+  const token = 'bench-readopt';
+  let envd = await startEnvd({ dirs, token });
+  let row;
+  try {
+    const fresh = envd.startMs;
+    const pids = new Set();
+    await runConcurrently(count, 8, async () => pids.add((await postJson(envd, '/commands', { cmd: 'exec sleep 1000', background: true })).pid));
+    await envd.stop('SIGKILL');
+    envd = await startEnvd({ dirs, token });
+    const { processes } = JSON.parse((await send(envd, 'GET', '/commands')).body);
+    const adopted = processes.filter((p) => pids.has(p.pid) && p.running).length;
+    if (adopted !== count) throw new Error(`re-adopted ${adopted} of ${count} commands`);
+    row = makeRow({ name: `restart re-adopting ${count} commands`, unit: 'ms', envd: envd.startMs, baseline: fresh, goal: GOAL, note: `${count} running commands${quick ? ' (--quick; the full run has 1,000)' : ''}, all listed again; baseline: the same envd's first start with none` });
+    for (const pid of pids) await send(envd, 'DELETE', `/commands/${pid}`);
+  } finally {
+    await envd.stop();
+    removeTempDir(root);
+  }
+  printRow(row);
+  return [row];
+}
+
+await runIfMain(import.meta.url, run);
