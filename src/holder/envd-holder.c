@@ -580,6 +580,14 @@ static void reap(void) {
   queue(MSG_REAPED, p, sizeof p, NULL, 0);
 }
 
+static void close_fds_from(int first) {
+  if (close_range((unsigned)first, ~0U, 0) == 0) return;
+  /* Kernels before 5.9 have no close_range. */
+  struct rlimit rl;
+  long max = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < 65536 ? (long)rl.rlim_cur : 65536;
+  for (long fd = first; fd < max; fd++) close((int)fd);
+}
+
 /* In the child between fork and exec: the command gets a clean process state and only fds 0, 1, 2. */
 static void run_child(int in_fd, int out_fd, int err_fd, const char *slave_name, mode_t umask_before) {
   setsid();
@@ -603,12 +611,8 @@ static void run_child(int in_fd, int out_fd, int err_fd, const char *slave_name,
   sigemptyset(&none);
   sigprocmask(SIG_SETMASK, &none, NULL);
   umask(umask_before);
-  /* Everything of the holder's is O_CLOEXEC already; this also catches fds envd might have leaked to us. */
-  if (close_range(3, ~0U, 0) < 0) {
-    struct rlimit rl;
-    long max = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < 65536 ? (long)rl.rlim_cur : 65536;
-    for (long fd = 3; fd < max; fd++) close((int)fd);
-  }
+  /* Everything of the holder's is O_CLOEXEC already; this is belt and braces. It also closes the start pipe. */
+  close_fds_from(3);
   execvp(opt_argv[0], opt_argv);
   char msg[512];
   int len = snprintf(msg, sizeof msg, "envd-holder: cannot run %s: %s\n", opt_argv[0], strerror(errno));
@@ -621,6 +625,8 @@ static void set_nonblocking(int fd) { fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_
 
 /* Creates the socket, the pipes or pty, and the command; returns once `ready` is written. */
 static void start(void) {
+  /* Whatever envd's runtime let leak into us (fds without O_CLOEXEC) must not pin its pipes: only 0-2 are ours. */
+  close_fds_from(3);
   /* With fds 0-2 always open, every fd the holder creates is >= 3 and the child's dup2s are safe. */
   for (int fd = 0; fd < 3; fd++)
     if (fcntl(fd, F_GETFD) < 0 && open("/dev/null", O_RDWR) < 0) fail("cannot open /dev/null: %s", strerror(errno));
@@ -703,6 +709,13 @@ static void start(void) {
     }
   }
 
+  /*
+   * The start pipe: the child closes its end once it leads its own session, and
+   * `ready` waits for that, so envd never signals a process group that does not
+   * exist yet (a kill right after `ready` would otherwise miss the command).
+   */
+  int started[2];
+  if (pipe2(started, O_CLOEXEC) < 0) fail("pipe: %s", strerror(errno));
   pid_t pid = fork();
   if (pid < 0) fail("fork: %s", strerror(errno));
   if (pid == 0) run_child(child_in, child_out, child_err, slave_name, umask_before);
@@ -710,6 +723,10 @@ static void start(void) {
   if (child_in >= 0) close(child_in);
   close(child_out);
   if (child_err >= 0) close(child_err);
+  close(started[1]);
+  char byte;
+  while (read(started[0], &byte, 1) < 0 && errno == EINTR) {}
+  close(started[0]);
 
   /* The child cannot be reaped yet (SIGCHLD is only read in the loop), so its /proc entry is there. */
   unsigned long long shell_start, holder_start;
