@@ -94,6 +94,7 @@ static uint64_t kept[3];       /* kept bytes of the command's output, by stream 
 static int truncated[3];
 static int segments_fd = -1;
 static uint64_t segments_len;
+static int status_fd = -1; /* status.tmp, its space taken at start */
 
 /* ---- live client ---- */
 static int client_fd = -1, live;
@@ -658,6 +659,16 @@ static void start(void) {
   if (snprintf(path, sizeof path, "%s/segments", opt_dir) >= (int)sizeof path) fail("--dir is too long");
   segments_fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
   if (segments_fd < 0) fail("cannot create %s: %s", path, strerror(errno));
+  /*
+   * The memory tier may fill the state fs (a tmpfs) to the last page. The
+   * segments list and the status must still be writable then, so their first
+   * page is taken now (best effort: a fs without fallocate just does not get it).
+   */
+  (void)fallocate(segments_fd, FALLOC_FL_KEEP_SIZE, 0, 4096);
+  if (snprintf(path, sizeof path, "%s/status.tmp", opt_dir) >= (int)sizeof path) fail("--dir is too long");
+  status_fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (status_fd < 0) fail("cannot create %s: %s", path, strerror(errno));
+  (void)fallocate(status_fd, FALLOC_FL_KEEP_SIZE, 0, 4096);
 
   if (snprintf(sock_path, sizeof sock_path, "%s/sock", opt_dir) >= (int)sizeof sock_path)
     fail("socket path %s/sock is longer than %zu bytes", opt_dir, sizeof sock_path - 1);
@@ -746,6 +757,18 @@ static void start(void) {
   }
 }
 
+/* Into the status.tmp opened at start (its page already taken, so a full state fs cannot stop it), then renamed. */
+static void write_status(const char *line) {
+  char tmp[PATH_MAX], path[PATH_MAX];
+  snprintf(tmp, sizeof tmp, "%s/status.tmp", opt_dir);
+  snprintf(path, sizeof path, "%s/status", opt_dir);
+  ssize_t w;
+  do w = pwrite(status_fd, line, strlen(line), 0); while (w < 0 && errno == EINTR);
+  close(status_fd);
+  if (w == (ssize_t)strlen(line)) rename(tmp, path);
+  else unlink(tmp); /* no status: envd then sees a lost command, which is what it is */
+}
+
 /* Output complete: status first (envd trusts it), then the socket goes, then EXIT to whoever listens. */
 static void finish(void) {
   for (int i = 0; i < source_count; i++)
@@ -757,7 +780,7 @@ static void finish(void) {
   char line[128];
   snprintf(line, sizeof line, "%d %d %d %d %llu\n", exit_code, exit_signal, truncated[STREAM_STDOUT],
            truncated[STREAM_STDERR], (unsigned long long)log_end());
-  (void)write_file_atomically("status", line); /* a full state fs leaves no status: envd then sees a lost command */
+  write_status(line);
   unlink(sock_path);
   close(listen_fd);
   if (client_fd < 0) exit(0);

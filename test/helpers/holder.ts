@@ -22,6 +22,8 @@ export interface HolderOptions {
   slot?: number;
   /** A spool directory of the test's own (e.g. a small tmpfs); default: a fresh one in the temp dir. */
   spoolDir?: string;
+  /** Where the state dir goes (e.g. a small tmpfs); default: a fresh one in the temp dir. */
+  stateRoot?: string;
   /** Called with the usage file before the holder starts, to fill other commands' slots. */
   prepareUsage?: (usage: Buffer) => void;
   env?: Record<string, string>;
@@ -94,7 +96,7 @@ export function holderArgs(options: HolderOptions, paths: { dir: string; usageFi
 /** Starts a real envd-holder the way envd does (its own session, cwd and env those of the command) and waits for `ready`. */
 export async function startHolder(options: HolderOptions): Promise<RunningHolder> {
   const root = makeTempRoot();
-  const state = join(root, 'state');
+  const state = options.stateRoot ?? join(root, 'state');
   const dir = join(state, 'cmds', randomBytes(8).toString('hex'));
   mkdirSync(dir, { recursive: true, mode: 0o700 });
   const spoolDir = options.spoolDir ?? join(root, 'spool');

@@ -1,6 +1,7 @@
 import { existsSync, readdirSync, readFileSync, readlinkSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
+import { waitFor } from '../helpers/proc.js';
 import { holderMemory, parseLog, readLog, readStatus, startHolder, startTime, useHolders, type RunningHolder } from '../helpers/holder.js';
 
 useHolders();
@@ -33,13 +34,14 @@ describe('envd-holder start', () => {
 
   it('lets go of envd\'s pipes after the ready line and marks every fd of its own close-on-exec', async () => {
     const holder = await startHolder({ command: ['sleep', '30'] });
+    // Right after the ready line it points 0, 1 and 2 at /dev/null.
+    await waitFor(() => [0, 1, 2].every((fd) => readlinkSync(`/proc/${holder.holderPid}/fd/${fd}`) === '/dev/null'), 5_000, 'fds 0-2 on /dev/null');
     const fds = readdirSync(`/proc/${holder.holderPid}/fd`).map(Number);
-    for (const fd of [0, 1, 2]) expect(readlinkSync(`/proc/${holder.holderPid}/fd/${fd}`)).toBe('/dev/null');
     for (const fd of fds.filter((fd) => fd > 2)) {
       const flags = Number.parseInt(/flags:\s+(\d+)/.exec(readFileSync(`/proc/${holder.holderPid}/fdinfo/${fd}`, 'utf8'))![1]!, 8);
       expect(flags & O_CLOEXEC, `fd ${fd} -> ${readlinkSync(`/proc/${holder.holderPid}/fd/${fd}`)}`).toBe(O_CLOEXEC);
     }
-    // signalfd, socket, segments, two pipes and the three /dev/null: nothing per byte or per client.
+    // signalfd, socket, segments, status.tmp, two pipes and the three /dev/null: nothing per byte or per client.
     expect(fds.length).toBeLessThanOrEqual(10);
     const memory = holderMemory(holder.holderPid);
     console.log(`envd-holder idle: VmRSS ${memory.rssKiB} KiB (RssAnon ${memory.anonKiB} KiB), ${fds.length} fds`);
