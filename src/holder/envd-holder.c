@@ -854,13 +854,14 @@ int main(int argc, char **argv) {
       continue;
     }
 
-    if (i_signal >= 0 && fds[i_signal].revents) reap();
     for (int i = 0; i < source_count; i++) {
       if (i_src[i] < 0 || !fds[i_src[i]].revents) continue;
       /* Re-checked per source: two chunks in one round must not push the ring past its bound. */
       if (client_fd >= 0 && live && ring_len > LIVE_HIGH) break;
       read_source(&sources[i]);
     }
+    /* After the output of the same round, so what the shell printed last usually precedes REAPED (not a promise). */
+    if (i_signal >= 0 && fds[i_signal].revents) reap();
     if (i_stdin >= 0 && fds[i_stdin].revents && pend_active) write_pending();
     if (i_client >= 0 && client_fd >= 0) {
       short re = fds[i_client].revents;
