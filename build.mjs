@@ -1,10 +1,15 @@
 // Bundles envd into one self-contained file, dist/envd.js, that runs with
 // `node dist/envd.js` and needs no node_modules; then wraps that file and the
 // Node 24 binary into one executable, dist/envd, for guest images that have no Node.
+// First it compiles the per-command holder, dist/envd-holder (src/holder/envd-holder.c),
+// which the single executable carries as an asset.
 import { build } from 'esbuild';
 import { execFileSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { chmodSync, copyFileSync, existsSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, copyFileSync, existsSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+
+mkdirSync('dist', { recursive: true });
+const holderHash = buildHolder();
 
 await build({
   entryPoints: ['src/main.ts'],
@@ -41,6 +46,7 @@ function buildSingleExecutable() {
   const nodeFlags = JSON.parse(readFileSync('package.json', 'utf8')).envd?.nodeFlags ?? [];
   const inputs = createHash('sha256')
     .update(readFileSync('dist/envd.js'))
+    .update(holderHash)
     .update(JSON.stringify(nodeFlags))
     .update(process.execPath)
     .update(process.version)
@@ -56,6 +62,8 @@ function buildSingleExecutable() {
       disableExperimentalSEAWarning: true,
       useCodeCache: true,
       execArgv: nodeFlags,
+      // src/holder/binary.ts writes it out to the state dir at startup.
+      assets: { 'envd-holder': 'dist/envd-holder' },
     }),
   );
   run(process.execPath, ['--experimental-sea-config', 'dist/sea-config.json']);
@@ -83,6 +91,35 @@ function buildSingleExecutable() {
   renameSync(partial, 'dist/envd');
   rmSync('dist/sea-prep.blob');
   writeFileSync(stampFile, inputs);
+}
+
+/**
+ * Compiles the holder: one C11 file, libc only, linked statically so it runs
+ * in any guest whatever its libc (and starts in a millisecond: no dynamic
+ * loader). Skipped when neither the source nor the flags changed. Returns the
+ * sha256 of the binary, an input of the single executable.
+ */
+function buildHolder() {
+  const source = 'src/holder/envd-holder.c';
+  const output = 'dist/envd-holder';
+  const stampFile = 'dist/envd-holder.inputs';
+  // -s: symbols would only cost guest image and state-dir (tmpfs) space.
+  const flags = ['-std=c11', '-O2', '-Wall', '-Wextra', '-Werror', '-s'];
+  const inputs = createHash('sha256').update(readFileSync(source)).update(JSON.stringify(flags)).digest('hex');
+  if (!(existsSync(output) && existsSync(stampFile) && readFileSync(stampFile, 'utf8') === inputs)) {
+    const partial = `${output}.partial`;
+    rmSync(partial, { force: true });
+    try {
+      run('cc', [...flags, '-static', '-o', partial, source]);
+    } catch (error) {
+      // A toolchain without a static libc (e.g. no libc6-dev static archive) still gets a working holder.
+      console.warn(`build.mjs: static link of envd-holder failed (${error.message.split('\n')[0]}); linking dynamically, so the holder needs this libc at run time.`);
+      run('cc', [...flags, '-o', partial, source]);
+    }
+    renameSync(partial, output);
+    writeFileSync(stampFile, inputs);
+  }
+  return createHash('sha256').update(readFileSync(output)).digest('hex');
 }
 
 function run(file, args) {

@@ -1,0 +1,49 @@
+import { createHash } from 'node:crypto';
+import { chmodSync, existsSync, mkdirSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { dirname, join } from 'node:path';
+import { getAsset, isSea } from 'node:sea';
+
+/** The name of the SEA asset (build.mjs puts dist/envd-holder there). */
+const ASSET = 'envd-holder';
+
+/**
+ * Where envd-holder is on this machine. The single executable carries it as an
+ * asset and writes it out once to `<stateDir>/bin/envd-holder-<hash>`, so the
+ * guest image needs no second file and an upgraded envd never runs an old
+ * holder; `node dist/envd.js` uses the dist/envd-holder built beside it, and
+ * tests running from sources (vitest) the one `npm run build` made in cwd.
+ * Meant to be called once at startup: it hashes the binary.
+ */
+export function holderBinaryPath(stateDir: string): string {
+  if (isSea()) return writeHolderAsset(stateDir, new Uint8Array(getAsset(ASSET)));
+  const candidates = [join(dirname(process.argv[1] ?? ''), 'envd-holder')];
+  if (process.env.VITEST) candidates.push(join(process.cwd(), 'dist', 'envd-holder'));
+  const found = candidates.find((path) => existsSync(path));
+  if (!found) throw new Error(`envd-holder not found (looked at ${candidates.join(', ')}): run npm run build`);
+  return found;
+}
+
+/**
+ * Writes the holder binary to `<stateDir>/bin/envd-holder-<first 12 hex of its
+ * sha256>` unless that file is already there (a restarted envd of the same
+ * build reuses it; holders still running from it keep it busy anyway). Temp +
+ * rename, so a crash mid-write never leaves a truncated executable under the
+ * final name.
+ */
+export function writeHolderAsset(stateDir: string, bytes: Uint8Array): string {
+  const hash = createHash('sha256').update(bytes).digest('hex').slice(0, 12);
+  const dir = join(stateDir, 'bin');
+  const path = join(dir, `envd-holder-${hash}`);
+  if (existsSync(path)) return path;
+  mkdirSync(dir, { recursive: true, mode: 0o700 });
+  const partial = `${path}.${process.pid}.partial`;
+  try {
+    writeFileSync(partial, bytes, { mode: 0o700 });
+    chmodSync(partial, 0o700); // the mode above is masked by the umask
+    renameSync(partial, path);
+  } catch (error) {
+    rmSync(partial, { force: true });
+    throw error;
+  }
+  return path;
+}
