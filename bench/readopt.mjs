@@ -9,6 +9,8 @@ import { runConcurrently } from './lib/stats.mjs';
 import { makeTempDir, removeTempDir } from './lib/temp.mjs';
 
 const GOAL = atMost(1000, 'ms');
+// Commands run as a plain user: root's login shell here runs pyenv's rehash under a lock (README, Performance).
+const BENCH_USER = 'nobody';
 
 export async function run({ quick = false } = {}) {
   const count = quick ? 200 : 1000;
@@ -20,7 +22,7 @@ export async function run({ quick = false } = {}) {
   try {
     const fresh = envd.startMs;
     const pids = new Set();
-    await runConcurrently(count, 8, async () => pids.add((await postJson(envd, '/commands', { cmd: 'exec sleep 1000', background: true })).pid));
+    await runConcurrently(count, 8, async () => pids.add((await postJson(envd, '/commands', { cmd: 'exec sleep 1000', background: true, user: BENCH_USER })).pid));
     await envd.stop('SIGKILL');
     envd = await startEnvd({ dirs, token });
     const { processes } = JSON.parse((await send(envd, 'GET', '/commands')).body);

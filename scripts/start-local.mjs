@@ -19,6 +19,11 @@ process.stderr.write(
   `\nenvd: token in ${tokenFile}. Try:\n\n` +
     `curl -s -H "Authorization: Bearer $(cat ${tokenFile})" -H 'content-type: application/json' -d '{"cmd":"echo hello from envd"}' http://127.0.0.1:${port}/commands\n\n`,
 );
-const envd = spawn(process.execPath, [...pkg.envd.nodeFlags, 'dist/envd.js', '--host', '127.0.0.1', '--port', port, '--access-token-file', tokenFile], { stdio: 'inherit' });
+// State and spool beside the token, not the system's /run/envd and /var/lib/envd of a root install.
+const dirArgs = ['--state-dir', join(dir, 'state'), '--spool-dir', join(dir, 'spool')];
+const envd = spawn(process.execPath, [...pkg.envd.nodeFlags, 'dist/envd.js', '--host', '127.0.0.1', '--port', port, '--access-token-file', tokenFile, ...dirArgs], {
+  stdio: 'inherit',
+  env: { ...process.env, ...pkg.envd.env },
+});
 for (const signal of ['SIGINT', 'SIGTERM']) process.on(signal, () => envd.kill('SIGTERM'));
 envd.on('exit', (code) => process.exit(code ?? 0));

@@ -16,6 +16,8 @@ export const ENVD_SEA = process.env.ENVD_BENCH_EXECUTABLE ?? `${ROOT}dist/envd`;
 
 /** The V8 flags envd is deployed with (package.json "envd.nodeFlags"; the single executable has them built in). */
 export const ENVD_NODE_FLAGS = JSON.parse(readFileSync(`${ROOT}package.json`, 'utf8')).envd?.nodeFlags ?? [];
+/** The environment envd is deployed with (package.json "envd.env"; the guest unit sets the same). */
+export const ENVD_ENV = JSON.parse(readFileSync(`${ROOT}package.json`, 'utf8')).envd?.env ?? {};
 
 /** How long a server may take to answer /health before the bench gives up on it. */
 const START_DEADLINE_MS = 15_000;
@@ -136,7 +138,7 @@ export async function startServer({ command = process.execPath, args = [], env =
  * fresh token and reduced logging: the bench measures envd's work, not the
  * cost of one pino line per request on stdout (see README, Performance).
  */
-export async function startEnvd({ executable = false, logLevel = 'warn', dirs, token = randomBytes(24).toString('hex'), args = [] } = {}) {
+export async function startEnvd({ executable = false, logLevel = 'warn', dirs, token = randomBytes(24).toString('hex'), args = [], extraEnv = {} } = {}) {
   const file = executable ? ENVD_SEA : ENVD_JS;
   if (!existsSync(file)) throw new Error(`${file} does not exist (npm run build)`);
   // Its own state and spool directories (never the real /run/envd of a root run), removed when it stops
@@ -145,8 +147,8 @@ export async function startEnvd({ executable = false, logLevel = 'warn', dirs, t
   const { stateDir, spoolDir } = dirs ?? { stateDir: join(own, 'state'), spoolDir: join(own, 'spool') };
   const server = await startServer({
     command: executable ? file : process.execPath,
-    args: [...(executable ? [] : [...ENVD_NODE_FLAGS, file]), '--log-level', logLevel, '--state-dir', stateDir, '--spool-dir', spoolDir, ...args],
-    env: { ENVD_ACCESS_TOKEN: token },
+    args: [...(executable ? [] : [...ENVD_NODE_FLAGS, ...(process.env.BENCH_PRELOAD ? ['--expose-gc', '-r', process.env.BENCH_PRELOAD] : []), file]), '--log-level', logLevel, '--state-dir', stateDir, '--spool-dir', spoolDir, ...args],
+    env: { ...ENVD_ENV, ENVD_ACCESS_TOKEN: token, ...extraEnv },
   });
   return {
     ...server,

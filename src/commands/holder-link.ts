@@ -14,8 +14,12 @@ import {
 /** How long envd waits for a holder's HELLO after connecting; a live holder answers at once. */
 export const HELLO_TIMEOUT_MS = 5_000;
 
-/** While held, messages past this many queued bytes stay in the socket, so the holder feels back-pressure. */
-const HELD_QUEUE_BYTES = 256 * 1024;
+/**
+ * While held, envd stops reading the socket once this much output is queued:
+ * the rest stays in the kernel's socket buffer and the holder's, and the holder
+ * stops reading the command. One socket read (64 KiB) is what a held link costs.
+ */
+const HELD_QUEUE_BYTES = 1;
 
 type Hello = Extract<HolderMessage, { type: 'hello' }>;
 type Ordered = Exclude<HolderMessage, { type: 'ack' | 'hello' }>;
@@ -173,7 +177,8 @@ export class HolderLink {
       this.delivering = false;
     }
     if (this.closedFlag) return;
-    if (this.queuedBytes >= HELD_QUEUE_BYTES || this.decoder.buffered >= HELD_QUEUE_BYTES) this.socket.pause();
+    // Not `decoder.buffered`: a partial message must be read to its end, or nothing would ever resume the socket.
+    if (this.held && this.queuedBytes >= HELD_QUEUE_BYTES) this.socket.pause();
     else this.socket.resume();
   }
 }

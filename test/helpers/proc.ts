@@ -7,6 +7,8 @@ import pkg from '../../package.json' with { type: 'json' };
 
 /** The V8 flags envd is deployed with (package.json "envd.nodeFlags"), so measurements match production. */
 export const ENVD_NODE_FLAGS: string[] = pkg.envd.nodeFlags;
+/** The environment envd is deployed with (package.json "envd.env": the guest unit sets the same). */
+export const ENVD_ENV: Record<string, string> = pkg.envd.env;
 
 /** Open file descriptors of a process (this one by default). */
 export function countFds(pid: number | 'self' = 'self'): number {
@@ -94,7 +96,7 @@ export async function startEnvdProcess(args: string[] = [], env: NodeJS.ProcessE
   const allArgs = [...dirArgs, ...args];
   const child = spawn(process.execPath, [...ENVD_NODE_FLAGS, script, '--host', '127.0.0.1', '--port', '0', ...allArgs], {
     cwd,
-    env: { PATH: process.env.PATH, ...env },
+    env: { PATH: process.env.PATH, ...ENVD_ENV, ...env },
     stdio: ['ignore', 'pipe', 'inherit'],
   });
   const lines: string[] = [];
