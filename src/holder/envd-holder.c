@@ -157,6 +157,7 @@ static void fail(const char *fmt, ...) {
   (void)write_all(STDOUT_FILENO, line, (size_t)len);
   /* Leave nothing behind that could look like a live command. */
   if (shell_pid > 0) {
+    kill(-shell_pid, SIGKILL); /* it leads its own group by now (ready waits for that) */
     kill(shell_pid, SIGKILL);
     while (waitpid(shell_pid, NULL, 0) < 0 && errno == EINTR) {}
   }
