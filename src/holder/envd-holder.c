@@ -526,6 +526,8 @@ static void read_client(void) {
     in_len -= in_start;
     in_start = 0;
   }
+  /* Full of whole messages not yet handled (the client was behind): handle them first, read later. */
+  if (in_len == sizeof inbuf) return;
   ssize_t n = read(client_fd, inbuf + in_len, sizeof inbuf - in_len);
   if (n > 0) in_len += (size_t)n;
   else if (n == 0 || (errno != EINTR && errno != EAGAIN && errno != EWOULDBLOCK)) close_client();
@@ -815,8 +817,9 @@ int main(int argc, char **argv) {
     for (int i = 0; i < source_count; i++) open_sources += !sources[i].eof;
     if (reaped && (open_sources == 0 || grace_used >= GRACE_MS)) break;
 
-    process_messages();
+    /* Flush first: what it frees may let buffered messages be handled before deciding whether to read more. */
     if (client_fd >= 0 && ring_len > 0) flush_client();
+    process_messages();
 
     struct pollfd fds[7];
     int nfds = 0, i_listen = -1, i_signal = -1, i_client = -1, i_stdin = -1, i_src[2] = { -1, -1 };
