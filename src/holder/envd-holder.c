@@ -638,6 +638,8 @@ static void start(void) {
   /* envd may be gone when the holder writes to the socket: EPIPE, not death. SIGHUP: a pty hangup is not ours. */
   signal(SIGPIPE, SIG_IGN);
   signal(SIGHUP, SIG_IGN);
+  /* An inherited SIG_IGN would make the kernel reap the shell itself, and its exit status would be lost. */
+  signal(SIGCHLD, SIG_DFL);
   sigset_t chld;
   sigemptyset(&chld);
   sigaddset(&chld, SIGCHLD);
