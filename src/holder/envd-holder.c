@@ -615,6 +615,17 @@ static void run_child(int in_fd, int out_fd, int err_fd, const char *slave_name,
   sigemptyset(&none);
   sigprocmask(SIG_SETMASK, &none, NULL);
   umask(umask_before);
+  /*
+   * envd (and so the holder) runs with OOMScoreAdjust=-1000, which children
+   * inherit: the command goes back to the default, so the OOM killer takes user
+   * processes first, never envd or the holders that keep their output. Raising
+   * the score needs no privilege; a failure (no /proc) changes nothing else.
+   */
+  int oom = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
+  if (oom >= 0) {
+    (void)write(oom, "0", 1);
+    close(oom);
+  }
   /* Everything of the holder's is O_CLOEXEC already; this is belt and braces. It also closes the start pipe. */
   close_fds_from(3);
   execvp(opt_argv[0], opt_argv);

@@ -1,6 +1,7 @@
 import { createHash } from 'node:crypto';
 import { accessSync, constants, readdirSync, readFileSync, statSync } from 'node:fs';
 import { join } from 'node:path';
+import { build } from 'esbuild';
 import { describe, expect, it } from 'vitest';
 import { holderBinaryPath, writeHolderAsset } from '../../src/holder/binary.js';
 import { makeTempRoot, useHolders } from '../helpers/holder.js';
@@ -28,6 +29,11 @@ describe('holder binary', () => {
     expect(statSync(path).ino).toBe(inode); // reused, not rewritten
     expect(writeHolderAsset(stateDir, Buffer.from('another build'))).not.toBe(path);
     expect(readdirSync(join(stateDir, 'bin')).filter((name) => name.endsWith('.partial'))).toEqual([]);
+  });
+
+  it('keeps node:sea a runtime require in the CommonJS bundle', async () => {
+    const result = await build({ entryPoints: ['src/holder/binary.ts'], bundle: true, platform: 'node', target: 'node24', format: 'cjs', write: false, logLevel: 'silent' });
+    expect(result.outputFiles[0]!.text).toContain('require("node:sea")');
   });
 
   it('is embedded in the single executable', () => {
