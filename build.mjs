@@ -95,8 +95,8 @@ function buildSingleExecutable() {
 
 /**
  * Compiles the holder: one C11 file, libc only, linked statically so it runs
- * in any guest whatever its libc (and starts in a millisecond: no dynamic
- * loader). Skipped when neither the source nor the flags changed. Returns the
+ * in any guest whatever its libc, starts in a millisecond (no dynamic loader),
+ * and ignores the LD_PRELOAD a command's environment (which it runs in) may set. Skipped when neither the source nor the flags changed. Returns the
  * sha256 of the binary, an input of the single executable.
  */
 function buildHolder() {

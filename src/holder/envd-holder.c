@@ -157,6 +157,7 @@ static void fail(const char *fmt, ...) {
   (void)write_all(STDOUT_FILENO, line, (size_t)len);
   /* Leave nothing behind that could look like a live command. */
   if (shell_pid > 0) {
+    kill(-shell_pid, SIGKILL); /* it leads its own group by now (ready waits for that) */
     kill(shell_pid, SIGKILL);
     while (waitpid(shell_pid, NULL, 0) < 0 && errno == EINTR) {}
   }
@@ -525,6 +526,8 @@ static void read_client(void) {
     in_len -= in_start;
     in_start = 0;
   }
+  /* Full of whole messages not yet handled (the client was behind): handle them first, read later. */
+  if (in_len == sizeof inbuf) return;
   ssize_t n = read(client_fd, inbuf + in_len, sizeof inbuf - in_len);
   if (n > 0) in_len += (size_t)n;
   else if (n == 0 || (errno != EINTR && errno != EAGAIN && errno != EWOULDBLOCK)) close_client();
@@ -612,6 +615,17 @@ static void run_child(int in_fd, int out_fd, int err_fd, const char *slave_name,
   sigemptyset(&none);
   sigprocmask(SIG_SETMASK, &none, NULL);
   umask(umask_before);
+  /*
+   * envd (and so the holder) runs with OOMScoreAdjust=-1000, which children
+   * inherit: the command goes back to the default, so the OOM killer takes user
+   * processes first, never envd or the holders that keep their output. Raising
+   * the score needs no privilege; a failure (no /proc) changes nothing else.
+   */
+  int oom = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
+  if (oom >= 0) {
+    (void)write(oom, "0", 1);
+    close(oom);
+  }
   /* Everything of the holder's is O_CLOEXEC already; this is belt and braces. It also closes the start pipe. */
   close_fds_from(3);
   execvp(opt_argv[0], opt_argv);
@@ -635,6 +649,8 @@ static void start(void) {
   /* envd may be gone when the holder writes to the socket: EPIPE, not death. SIGHUP: a pty hangup is not ours. */
   signal(SIGPIPE, SIG_IGN);
   signal(SIGHUP, SIG_IGN);
+  /* An inherited SIG_IGN would make the kernel reap the shell itself, and its exit status would be lost. */
+  signal(SIGCHLD, SIG_DFL);
   sigset_t chld;
   sigemptyset(&chld);
   sigaddset(&chld, SIGCHLD);
@@ -814,8 +830,9 @@ int main(int argc, char **argv) {
     for (int i = 0; i < source_count; i++) open_sources += !sources[i].eof;
     if (reaped && (open_sources == 0 || grace_used >= GRACE_MS)) break;
 
-    process_messages();
+    /* Flush first: what it frees may let buffered messages be handled before deciding whether to read more. */
     if (client_fd >= 0 && ring_len > 0) flush_client();
+    process_messages();
 
     struct pollfd fds[7];
     int nfds = 0, i_listen = -1, i_signal = -1, i_client = -1, i_stdin = -1, i_src[2] = { -1, -1 };

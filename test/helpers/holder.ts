@@ -28,6 +28,8 @@ export interface HolderOptions {
   prepareUsage?: (usage: Buffer) => void;
   env?: Record<string, string>;
   cwd?: string;
+  /** Runs the holder through this command prefix (which must exec "$0" "$@"), e.g. to set process state first. */
+  launcher?: string[];
 }
 
 export interface RunningHolder {
@@ -108,7 +110,9 @@ export async function startHolder(options: HolderOptions): Promise<RunningHolder
   const slot = options.slot ?? 7;
 
   const started = performance.now();
-  const child = spawn(HOLDER_BINARY, holderArgs(options, { dir, usageFile, spoolDir, slot }), {
+  const args = holderArgs(options, { dir, usageFile, spoolDir, slot });
+  const [file, ...prefix] = options.launcher ? [...options.launcher, HOLDER_BINARY] : [HOLDER_BINARY];
+  const child = spawn(file!, [...prefix, ...args], {
     detached: true,
     cwd: options.cwd ?? root,
     env: options.env ?? { PATH: process.env.PATH ?? '/usr/bin:/bin' },

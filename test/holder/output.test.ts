@@ -31,7 +31,9 @@ function mountTmpfs(size: string): string {
   const dir = join(makeTempRoot(), 'tmpfs');
   mkdirSync(dir);
   execFileSync('mount', ['-t', 'tmpfs', '-o', `size=${size},mode=0700`, 'tmpfs', dir]);
-  afterThisTest(() => execFileSync('umount', [dir]));
+  afterThisTest(() => {
+    execFileSync('umount', [dir]);
+  });
   return dir;
 }
 

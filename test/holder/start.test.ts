@@ -63,6 +63,17 @@ describe('envd-holder start', () => {
     expect(log.stderr.toString()).toBe('');
   });
 
+  it('gives the command the default OOM score whatever the holder inherited', async () => {
+    // envd runs at -1000; this sandbox lacks CAP_SYS_RESOURCE to go below 0, so the holder inherits 500 here.
+    const holder = await startHolder({
+      command: ['cat', '/proc/self/oom_score_adj'],
+      launcher: ['sh', '-c', 'echo 500 > /proc/self/oom_score_adj && exec "$0" "$@"'],
+    });
+    expect(readFileSync(`/proc/${holder.holderPid}/oom_score_adj`, 'utf8')).toBe('500\n');
+    const { log } = await finished(holder);
+    expect(log.stdout.toString()).toBe('0\n');
+  });
+
   it('reports an exec failure as exit code 127 with the reason in stderr', async () => {
     const holder = await startHolder({ command: ['/nonexistent/program', 'arg'] });
     const { status, log } = await finished(holder);

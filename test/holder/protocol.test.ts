@@ -1,0 +1,123 @@
+import { describe, expect, it } from 'vitest';
+import {
+  encodeLiveOff,
+  encodeLiveOn,
+  encodeResize,
+  encodeStdin,
+  encodeStdinEof,
+  FrameDecoder,
+  MAX_MESSAGE_PAYLOAD,
+  MessageDecoder,
+  PROTOCOL_VERSION,
+  type HolderMessage,
+} from '../../src/holder/protocol.js';
+
+const message = (type: number, payload: number[] | Buffer) => {
+  const body = Buffer.from(payload);
+  const header = Buffer.alloc(5);
+  header[0] = type;
+  header.writeUInt32LE(body.length, 1);
+  return Buffer.concat([header, body]);
+};
+
+const u64 = (n: number) => {
+  const b = Buffer.alloc(8);
+  b.writeBigUInt64LE(BigInt(n));
+  return [...b];
+};
+const i32 = (n: number) => {
+  const b = Buffer.alloc(4);
+  b.writeInt32LE(n);
+  return [...b];
+};
+const u32 = (n: number) => {
+  const b = Buffer.alloc(4);
+  b.writeUInt32LE(n);
+  return [...b];
+};
+
+// One of each holder message, as the holder lays them out.
+const wire: [Buffer, HolderMessage][] = [
+  [
+    message(0x80, [1, 0, ...u32(4242), 1, ...i32(-1), ...i32(9), 1, 0, ...u64(2 ** 40 + 3)]),
+    { type: 'hello', version: 1, shellPid: 4242, reaped: true, exitCode: -1, signal: 9, truncated: { stdout: true, stderr: false }, logEnd: 2 ** 40 + 3 },
+  ],
+  [message(0x81, u64(12)), { type: 'sync', logEnd: 12 }],
+  [message(0x82, [2, ...u64(99), 0x68, 0x69]), { type: 'data', stream: 'stderr', logEnd: 99, bytes: Buffer.from('hi') }],
+  [message(0x83, [...u32(7), 2]), { type: 'ack', id: 7, status: 2 }],
+  [message(0x84, [...i32(3), ...i32(0)]), { type: 'reaped', exitCode: 3, signal: 0 }],
+  [message(0x85, [...i32(-1), ...i32(15), 0, 1, ...u64(5)]), { type: 'exit', exitCode: -1, signal: 15, truncated: { stdout: false, stderr: true }, logEnd: 5 }],
+];
+
+describe('holder protocol', () => {
+  it('encodes envd\'s messages as type, u32 LE length, payload', () => {
+    expect(PROTOCOL_VERSION).toBe(1);
+    expect([...encodeLiveOn()]).toEqual([1, 0, 0, 0, 0]);
+    expect([...encodeLiveOff()]).toEqual([2, 0, 0, 0, 0]);
+    expect([...encodeStdin(0x01020304, Buffer.from('ab'))]).toEqual([3, 6, 0, 0, 0, 4, 3, 2, 1, 0x61, 0x62]);
+    expect([...encodeStdinEof(5)]).toEqual([4, 4, 0, 0, 0, 5, 0, 0, 0]);
+    expect([...encodeResize(6, 300, 2)]).toEqual([5, 8, 0, 0, 0, 6, 0, 0, 0, 44, 1, 2, 0]);
+  });
+
+  it('limits a STDIN message to MAX_MESSAGE_PAYLOAD and rejects out-of-range fields', () => {
+    expect(encodeStdin(1, Buffer.alloc(MAX_MESSAGE_PAYLOAD - 4)).length).toBe(5 + MAX_MESSAGE_PAYLOAD);
+    expect(() => encodeStdin(1, Buffer.alloc(MAX_MESSAGE_PAYLOAD - 3))).toThrow(RangeError);
+    expect(() => encodeResize(1, 65536, 10)).toThrow(RangeError);
+    expect(() => encodeStdinEof(-1)).toThrow(RangeError);
+  });
+
+  it('decodes every holder message, whole or split at any byte', () => {
+    const all = Buffer.concat(wire.map(([bytes]) => bytes));
+    const expected = wire.map(([, decoded]) => decoded);
+    for (const size of [1, 2, 3, 7, 64, all.length]) {
+      const decoder = new MessageDecoder();
+      const got: HolderMessage[] = [];
+      for (let offset = 0; offset < all.length; offset += size) {
+        decoder.push(all.subarray(offset, offset + size));
+        for (let next = decoder.next(); next; next = decoder.next()) got.push(next);
+      }
+      expect(got, `chunks of ${size}`).toEqual(expected);
+      expect(decoder.buffered).toBe(0);
+    }
+  });
+
+  it('returns one message per next() so the caller can stop between them', () => {
+    const decoder = new MessageDecoder();
+    decoder.push(Buffer.concat([wire[1]![0], wire[3]![0]]));
+    expect(decoder.next()).toEqual(wire[1]![1]);
+    expect(decoder.buffered).toBe(wire[3]![0].length);
+    expect(decoder.next()).toEqual(wire[3]![1]);
+    expect(decoder.next()).toBeUndefined();
+  });
+
+  it('throws on bytes that are not a holder\'s instead of buffering them', () => {
+    const unknown = new MessageDecoder();
+    unknown.push(message(0x90, []));
+    expect(() => unknown.next()).toThrow(/unknown type 0x90/);
+    const huge = new MessageDecoder();
+    huge.push(Buffer.from([0x82, 0xff, 0xff, 0xff, 0x00]));
+    expect(() => huge.next()).toThrow(/payload of/);
+    const short = new MessageDecoder();
+    short.push(message(0x81, [1, 2, 3]));
+    expect(() => short.next()).toThrow(/SYNC/);
+  });
+
+  it('reads segment frames across chunk borders and rejects a bad stream byte', () => {
+    const frames = Buffer.from([1, 3, 0, 0, 0, 0x61, 0x62, 0x63, 2, 0, 0, 0, 0, 1, 1, 0, 0, 0, 0x7a]);
+    const decoder = new FrameDecoder();
+    const got: [string, string][] = [];
+    for (const byte of frames) {
+      decoder.push(Buffer.from([byte]));
+      for (let frame = decoder.next(); frame; frame = decoder.next()) got.push([frame.stream, frame.bytes.toString()]);
+    }
+    expect(got).toEqual([
+      ['stdout', 'abc'],
+      ['stderr', ''],
+      ['stdout', 'z'],
+    ]);
+    expect(decoder.buffered).toBe(0);
+    const bad = new FrameDecoder();
+    bad.push(Buffer.from([3, 0, 0, 0, 0]));
+    expect(() => bad.next()).toThrow(/unknown stream 3/);
+  });
+});
