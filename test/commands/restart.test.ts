@@ -110,7 +110,7 @@ describe('restarting envd', () => {
     const first = await start();
     const marker = `readopted-tree-${process.pid}`;
     markers.push(marker);
-    const pid = await background(first, { cmd: `(sleep 1000 # ${marker}\n) & sleep 1000 # ${marker}` });
+    const pid = await background(first, { cmd: `(exec -a ${marker}-child sleep 1000) & exec -a ${marker}-shell sleep 1000` });
     await waitFor(() => findProcesses(marker).length >= 2, 5_000, 'the tree to start');
     const second = await restart(first);
     expect((await second.json('DELETE', `/commands/${pid}`)).body).toEqual({ killed: true });
