@@ -17,10 +17,11 @@ import { run as startup } from './startup.mjs';
 import { run as streamThroughput } from './stream-throughput.mjs';
 import { run as upload } from './upload.mjs';
 import { run as watchLatency } from './watch-latency.mjs';
+import { run as watchTree } from './watch-tree.mjs';
 
 const quick = process.argv.includes('--quick');
 
-// Start-up first, while nothing else of ours runs; memory last, on its own envd.
+// Start-up first, while nothing else of ours runs; memory and the watched tree last, each on its own envd.
 const ownEnvd = [['start-up', startup]];
 const sharedEnvd = [
   ['HTTP floor', httpFloor],
@@ -32,7 +33,10 @@ const sharedEnvd = [
   ['batch', batch],
   ['watch latency', watchLatency],
 ];
-const last = [['memory under use', memory]];
+const last = [
+  ['memory under use', memory],
+  ['recursive watch of 10,000 files', watchTree],
+];
 
 function describeMachine() {
   const cpu = readFileSync('/proc/cpuinfo', 'utf8').match(/^model name\s*:\s*(.*)$/m)?.[1] ?? cpus()[0]?.model ?? 'unknown';
