@@ -1,4 +1,4 @@
-import { lstatSync, watch, type FSWatcher, type Stats } from 'node:fs';
+import { lstatSync, statSync, watch, type FSWatcher, type Stats } from 'node:fs';
 import { basename, join } from 'node:path';
 import { HttpError } from '../../errors.js';
 import { directoryGone } from './describe-error.js';
@@ -158,6 +158,9 @@ export class WatchRegistry {
    * longer a directory; throws when it cannot be watched.
    */
   private attach(parent: WatchedDirectory, name: string, ino?: number): WatchedDirectory | null {
+    // Released meanwhile (its last client ended while it was being read or its events told):
+    // nothing would ever release a subdirectory armed now.
+    if (parent.closed || !this.isCovered(parent)) return null;
     const known = parent.children?.get(name);
     if (known && !known.closed) return known;
     const path = join(parent.path, name);
@@ -279,7 +282,7 @@ export class WatchRegistry {
     if (gone) return this.markGone(node);
 
     // Only a directory a recursive watch covers has subdirectories to follow.
-    if (!this.isCovered(node)) return;
+    if (node.closed || !this.isCovered(node)) return;
     const renamed = new Set<string>();
     for (const event of handled) if (event.kind === 'rename') renamed.add(event.name);
     for (const name of renamed) this.settleChild(node, name, lookup(name));
@@ -305,9 +308,11 @@ export class WatchRegistry {
   /** Tells a change to the clients rooted at the directory, and to the recursive ones above it. */
   private deliver(node: WatchedDirectory, type: ChangeType, path: string): void {
     let direct = true;
-    for (let at: WatchedDirectory | undefined = node; at; at = at.parent, direct = false) {
-      if (!at.subscribers) continue;
-      for (const subscriber of at.subscribers) if (direct || subscriber.recursive) subscriber.onChange(type, path);
+    for (let at: WatchedDirectory | undefined = node; at; direct = false) {
+      // Read first: a client that ends on this change (its backlog full) may release `at`.
+      const parent: WatchedDirectory | undefined = at.parent;
+      if (at.subscribers) for (const subscriber of at.subscribers) if (direct || subscriber.recursive) subscriber.onChange(type, path);
+      at = parent;
     }
   }
 
@@ -357,8 +362,15 @@ function lstatQuietly(path: string): Stats | null {
   }
 }
 
-/** Whether the watched directory is still at its path: a directory, the same inode. */
+/**
+ * Whether the watched directory is still at its path: a directory, the same
+ * inode. Followed like the watch itself: a client's root may be a symlink.
+ */
 function isStillThere(node: WatchedDirectory): boolean {
-  const stats = lstatQuietly(node.path);
-  return stats !== null && stats.isDirectory() && stats.ino === node.ino;
+  try {
+    const stats = statSync(node.path);
+    return stats.isDirectory() && stats.ino === node.ino;
+  } catch {
+    return false;
+  }
 }
