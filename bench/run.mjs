@@ -20,10 +20,11 @@ import { run as startup } from './startup.mjs';
 import { run as streamThroughput } from './stream-throughput.mjs';
 import { run as upload } from './upload.mjs';
 import { run as watchLatency } from './watch-latency.mjs';
+import { run as watchTree } from './watch-tree.mjs';
 
 const quick = process.argv.includes('--quick');
 
-// Start-up first, while nothing else of ours runs; memory last, on its own envd.
+// Start-up first, while nothing else of ours runs; memory and the watched tree last, each on its own envd.
 const ownEnvd = [['start-up', startup]];
 const sharedEnvd = [
   ['HTTP floor', httpFloor],
@@ -40,6 +41,7 @@ const last = [
   ['memory under use', memory],
   ['output storms', outputStorm],
   ['re-adoption', readopt],
+  ['recursive watch of 10,000 files', watchTree],
 ];
 
 function describeMachine() {

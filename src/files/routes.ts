@@ -16,7 +16,8 @@ import { removeEntry } from './remove.js';
 import { moveEntry } from './rename.js';
 import * as S from './schemas.js';
 import { UPLOAD_LIMIT, checkUploadHeaders, receiveUpload } from './upload.js';
-import { armWatch, streamWatch } from './watch.js';
+import { WatchRegistry } from './watch/registry.js';
+import { armWatch, streamWatch } from './watch/stream.js';
 
 export interface FileRoutesOptions {
   config: Config;
@@ -26,6 +27,8 @@ export interface FileRoutesOptions {
 export const fileRoutes: FastifyPluginAsyncTypebox<FileRoutesOptions> = async (app, { state }) => {
   // Raw uploads reach the handler as the unread request stream; only this plugin sees this parser.
   app.addContentTypeParser('application/octet-stream', (_request, payload, done) => done(null, payload));
+  // Every watch of this app shares one watch per directory.
+  const watches = new WatchRegistry();
 
   app.put(
     '/raw',
@@ -178,9 +181,9 @@ export const fileRoutes: FastifyPluginAsyncTypebox<FileRoutesOptions> = async (a
     async (request, reply) => {
       const path = checkPath(request.body.path, 'path');
       // Errors up to here (and while arming) are plain JSON answers; after hijack the stream owns the socket.
-      const watcher = await armWatch(path, request.body.recursive ?? false);
+      const armed = await armWatch(watches, path, request.body.recursive ?? false);
       reply.hijack();
-      await streamWatch(watcher, path, request.raw, reply.raw, request.log);
+      await streamWatch(armed, request.raw, reply.raw, request.log);
     },
   );
 };

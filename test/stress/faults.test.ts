@@ -148,9 +148,20 @@ describe('faults', () => {
     const saved = readFileSync(limitFile, 'utf8').trim();
     const tree = `${target.dir}/many-dirs`;
     for (let i = 0; i < 64; i++) mkdirSync(`${tree}/d${i}/e`, { recursive: true });
+    // Armed before the limit is lowered: a directory created afterwards cannot be watched.
+    const armed = await target.call('POST', '/files/watch', { path: tree, recursive: true }, { signal: AbortSignal.timeout(15_000) });
+    const armedEvents = readEvents(armed);
+    expect((await armedEvents.next()).value?.event).toBe('ready');
     let answer: string;
+    let afterReady: string;
     try {
       writeFileSync(limitFile, '1');
+      mkdirSync(`${tree}/d0/new`);
+      let last;
+      for await (const event of armedEvents) if (event.event !== 'change' && event.event !== ':') last = event;
+      expect(last?.event).toBe('error');
+      expect(last?.data.message).toMatch(/inotify watch limit reached: raise fs.inotify.max_user_watches/);
+      afterReady = `error event: ${last?.data.message}`;
       const response = await target.call('POST', '/files/watch', { path: tree, recursive: true }, { signal: AbortSignal.timeout(15_000) });
       if (response.status === 200) {
         // Armed before the limit bit: the stream must end with an error event.
@@ -172,7 +183,7 @@ describe('faults', () => {
     const first = await readEvents(watched).next();
     expect(first.value?.event).toBe('ready');
     again.abort();
-    report('inotify exhausted', { answer, recovered: true });
+    report('inotify exhausted', { answer, afterReady, recovered: true });
   });
 
   it('finishes a command whose child closes stdout but keeps running', async () => {
