@@ -36,6 +36,18 @@ describe('envd in a 512 MiB qemu VM under output storms', () => {
   });
 
   it('keeps the user process alive and its own RSS within budget, and wait still returns the output', async () => {
+    try {
+      await storm();
+    } catch (error) {
+      // What the guest saw, for the report: envd's journal and the kernel's last words.
+      await waitForHealth(vm!.url, 60_000, vm!.alive).catch(() => undefined);
+      const logs = await run(client, 'journalctl -u envd --no-pager | tail -40; dmesg | tail -40; free -m', { user: 'root' }).catch((e: Error) => ({ stdout: `no logs: ${e.message}` }));
+      console.log(`qemu 512 MiB: the storm failed; guest logs:\n${logs.stdout}`);
+      throw error;
+    }
+  });
+
+  async function storm(): Promise<void> {
     await new Promise((r) => setTimeout(r, 3_000));
     const rss = async () => (await client.json('GET', '/metrics')).body.envd_rss_bytes as number;
     const idle = await rss();
@@ -76,5 +88,5 @@ describe('envd in a 512 MiB qemu VM under output storms', () => {
     expect(result.stdout.startsWith('verbose command 0 prints a line of text\n'.repeat(100))).toBe(true);
     console.log(`qemu 512 MiB: wait returned ${(result.stdout.length / MIB).toFixed(1)} MiB of stdout${result.stdout_truncated ? ' (truncated)' : ''}; envd RSS after ${((await rss()) / MIB).toFixed(1)} MiB`);
     for (const pid of [...pids.slice(1), hog]) await client.json('DELETE', `/commands/${pid}`);
-  });
+  }
 });
