@@ -3,15 +3,21 @@ import { Type } from '@sinclair/typebox';
 /** The body of every error answer, for the response schemas (and so the OpenAPI document). */
 export const ErrorSchema = Type.Object({ message: Type.String() }, { description: 'Every error answer' });
 
-/** The one error type route handlers throw; the error handler turns it into `{ message }`. */
+/**
+ * The one error type route handlers throw; the error handler turns it into
+ * `{ message }`, with `headers` (e.g. a 416's Content-Range) on the answer.
+ */
 export class HttpError extends Error {
+  readonly headers: Record<string, string>;
+
   constructor(
     readonly status: number,
     message: string,
-    options?: { cause?: unknown },
+    options?: { cause?: unknown; headers?: Record<string, string> },
   ) {
     super(message, options);
     this.name = 'HttpError';
+    this.headers = options?.headers ?? {};
   }
 }
 
