@@ -41,27 +41,37 @@ export function closeAfterLingering(req: IncomingMessage, res: ServerResponse, b
   socket.destroySoon = () => linger(req, socket, bounds);
 }
 
+/** How often a lingering connection's progress is checked against the bounds. */
+const CHECK_EVERY_MS = 50;
+
 function linger(req: IncomingMessage, socket: Socket, { maxMs, idleMs, maxBytes }: LingerBounds): void {
   if (socket.destroyed) return;
-  // FIN after the answer: the client knows nothing more comes, and may stop sending.
+  // FIN after the answer: a client that notices stops sending and closes.
   socket.end();
-  if (req.complete) return done();
-  let discarded = 0;
-  const deadline = setTimeout(done, maxMs);
-  const idle = setTimeout(done, idleMs);
+  if (req.complete) return void socket.destroy();
+  // Progress is read from the socket, whoever consumes the bytes: Node's
+  // parser drops a dumped body without emitting it.
+  const startedAt = Date.now();
+  const startBytes = socket.bytesRead;
+  let lastBytes = startBytes;
+  let lastProgressAt = startedAt;
+  const check = setInterval(() => {
+    const now = Date.now();
+    if (socket.bytesRead !== lastBytes) {
+      lastBytes = socket.bytesRead;
+      lastProgressAt = now;
+    }
+    if (now - startedAt >= maxMs || now - lastProgressAt >= idleMs || lastBytes - startBytes > maxBytes) done();
+  }, CHECK_EVERY_MS);
   function done() {
-    clearTimeout(deadline);
-    clearTimeout(idle);
+    clearInterval(check);
     socket.destroy();
   }
   socket.once('close', done);
   req.once('end', done);
-  // A reader that stopped (a failed upload's iterator) left the body paused: take it over and drop it.
+  // A reader that stopped (a failed upload's iterator) left the body paused:
+  // let it flow to no listener, which drops it.
   req.removeAllListeners('readable');
-  req.on('data', (chunk: Buffer) => {
-    discarded += chunk.length;
-    idle.refresh();
-    if (discarded > maxBytes) done();
-  });
+  req.removeAllListeners('data');
   req.resume();
 }
