@@ -40,6 +40,8 @@ const ERRNO_STATUS: Record<string, { status: number; text: string }> = {
   ELOOP: { status: 400, text: 'too many levels of symbolic links' },
   EINVAL: { status: 400, text: 'invalid argument' },
   EXDEV: { status: 400, text: 'cannot move across file systems' },
+  // Opening a Unix socket, or a device without a driver: there are no bytes to read.
+  ENXIO: { status: 400, text: 'no such device or address (a socket, or a device without a driver)' },
   EMFILE: { status: 503, text: 'too many open files in envd; retry shortly' },
   ENFILE: { status: 503, text: 'too many open files in the system; retry shortly' },
   EAGAIN: { status: 503, text: 'resource temporarily unavailable (process or memory limit); retry shortly' },

@@ -1,5 +1,6 @@
 import { execFileSync } from 'node:child_process';
 import { appendFileSync, readFileSync, truncateSync, writeFileSync } from 'node:fs';
+import { createServer } from 'node:net';
 import { join } from 'node:path';
 import { Writable } from 'node:stream';
 import { describe, expect, it } from 'vitest';
@@ -52,6 +53,22 @@ describe('GET /files/raw: errors before and after the status line', () => {
     const response = await download(fifo);
     expect(response.status).toBe(400);
     expect((await response.json()).message).toMatch(/FIFO/);
+  });
+
+  it('refuses a Unix socket with 400, as a download and as a JSON read (ENXIO, not a 500)', async () => {
+    const path = join(scratch.dir, 'sock');
+    const server = createServer();
+    await new Promise<void>((resolve) => server.listen(path, resolve));
+    try {
+      const raw = await download(path);
+      expect(raw.status).toBe(400);
+      expect((await raw.json()).message).toMatch(/socket/);
+      const read = await scratch.server.json('GET', `/files?${q(path)}`);
+      expect(read.status).toBe(400);
+      expect(read.body.message).toMatch(/ENXIO/);
+    } finally {
+      await new Promise((resolve) => server.close(resolve));
+    }
   });
 
   it('never sends more than Content-Length when the file grows meanwhile', async () => {
