@@ -48,7 +48,7 @@ function linger(req: IncomingMessage, socket: Socket, { maxMs, idleMs, maxBytes 
   if (socket.destroyed) return;
   // FIN after the answer: a client that notices stops sending and closes.
   socket.end();
-  if (req.complete) return void socket.destroy();
+  if (req.complete) return closeWhenFlushed(socket);
   // Progress is read from the socket, whoever consumes the bytes: Node's
   // parser drops a dumped body without emitting it.
   const startedAt = Date.now();
@@ -61,17 +61,27 @@ function linger(req: IncomingMessage, socket: Socket, { maxMs, idleMs, maxBytes 
       lastBytes = socket.bytesRead;
       lastProgressAt = now;
     }
-    if (now - startedAt >= maxMs || now - lastProgressAt >= idleMs || lastBytes - startBytes > maxBytes) done();
+    if (now - startedAt >= maxMs || now - lastProgressAt >= idleMs || lastBytes - startBytes > maxBytes) {
+      // A bound: whatever is still unsent or unread goes too.
+      clearInterval(check);
+      socket.destroy();
+    }
   }, CHECK_EVERY_MS);
-  function done() {
+  socket.once('close', () => clearInterval(check));
+  // The body has ended: nothing unread remains, so closing resets nothing.
+  req.once('end', () => {
     clearInterval(check);
-    socket.destroy();
-  }
-  socket.once('close', done);
-  req.once('end', done);
+    closeWhenFlushed(socket);
+  });
   // A reader that stopped (a failed upload's iterator) left the body paused:
   // let it flow to no listener, which drops it.
   req.removeAllListeners('readable');
   req.removeAllListeners('data');
   req.resume();
+}
+
+/** Destroys the socket once the answer has left Node's buffers (what destroySoon did). */
+function closeWhenFlushed(socket: Socket): void {
+  if (socket.writableFinished) socket.destroy();
+  else socket.once('finish', () => socket.destroy());
 }

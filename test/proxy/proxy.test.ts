@@ -15,8 +15,13 @@ import { startNginx, type Nginx } from './nginx.js';
 // every request below goes to http://127.0.0.1:<nginx>/sandboxes/<id>/...
 const SANDBOX = `sbx-${randomBytes(4).toString('hex')}`;
 const token = randomBytes(16).toString('hex');
-/** envd's RSS may grow at most this much over its idle RSS while 200 MiB go up and down through the proxy. */
-const TRANSFER_RSS_BUDGET = 48 * 1024 * 1024;
+/**
+ * envd's RSS may grow at most this much over its idle RSS while 200 MiB go up
+ * and down through the proxy: the contract's budget. Measured: upload +3-5 MiB,
+ * download +37-41 MiB (1 MiB read buffers freed at V8's pace; one run on a
+ * loaded machine reached +76 MiB).
+ */
+const TRANSFER_RSS_BUDGET = 64 * 1024 * 1024;
 
 let envd: EnvdProcess;
 let nginx: Nginx;
@@ -152,6 +157,7 @@ describe('envd behind nginx, prefix /sandboxes/<id> stripped', () => {
     const pid = envd.child.pid!;
     const idle = rssBytes(pid);
     let peak = idle;
+    let uploadPeak = idle;
     const sampler = setInterval(() => (peak = Math.max(peak, rssBytes(pid))), 50);
     try {
       let left = size;
@@ -167,6 +173,7 @@ describe('envd behind nginx, prefix /sandboxes/<id> stripped', () => {
       });
       const put = await call('PUT', `/files/raw?path=${encodeURIComponent(target)}`, undefined, { body, headers: { 'content-type': 'application/octet-stream' } });
       expect(await put.json()).toEqual({ path: target, size });
+      uploadPeak = peak;
 
       const got = await call('GET', `/files/raw?path=${encodeURIComponent(target)}`);
       expect(got.status).toBe(200);
@@ -182,7 +189,8 @@ describe('envd behind nginx, prefix /sandboxes/<id> stripped', () => {
     } finally {
       clearInterval(sampler);
     }
-    console.log(`proxy 200 MiB round trip: envd RSS idle ${(idle / 2 ** 20).toFixed(1)} MiB, peak ${(peak / 2 ** 20).toFixed(1)} MiB (+${((peak - idle) / 2 ** 20).toFixed(1)} MiB)`);
+    const mib = (bytes: number) => (bytes / 2 ** 20).toFixed(1);
+    console.log(`proxy 200 MiB round trip: envd RSS idle ${mib(idle)} MiB, peak during the upload +${mib(uploadPeak - idle)} MiB, overall +${mib(peak - idle)} MiB`);
     expect(peak - idle).toBeLessThan(TRANSFER_RSS_BUDGET);
 
     const range = await call('GET', `/files/raw?path=${encodeURIComponent(target)}`, undefined, { headers: { range: 'bytes=1000-1999' } });
