@@ -45,6 +45,12 @@ describe('a 413 reaches a client that is still sending (lingering close)', () =>
     for (let i = 0; i < 10; i++) expect(await postJsonOverLimit(envd.url, token, join(dir, 'j.txt')), `try ${i}`).toEqual(tooLarge);
   });
 
+  it('answers ten 11 MiB JSON bodies with a wrong token, sent with fetch, with 401 { message } (refused before the body is read)', async () => {
+    for (let i = 0; i < 10; i++) {
+      expect(await postJsonOverLimit(envd.url, 'wrong-token', join(dir, 'j.txt')), `try ${i}`).toEqual({ status: 401, body: { message: 'invalid access token' } });
+    }
+  });
+
   it('answers ten uploads declaring over 500 MiB and sending real bytes with 413, writing nothing', async () => {
     const target = join(dir, 'declared.bin');
     writeFileSync(target, 'old');
@@ -73,6 +79,7 @@ describe('a 413 reaches a client that is still sending (lingering close)', () =>
     const size = UPLOAD_LIMIT + 20 * 1024 * 1024;
     const { peak, result } = await peakRss(() => sendWholeThenRead(envd.url, uploadHead(envd.url, token, join(dir, 'whole.bin'), size), size));
     expect(result).toEqual(tooLarge);
+    console.log(`discarding a 520 MiB refused upload: envd RSS idle ${(idle / 2 ** 20).toFixed(1)} MiB, peak +${((peak - idle) / 2 ** 20).toFixed(1)} MiB`);
     // Discarding 520 MiB holds no more than a few socket buffers.
     expect(peak - idle).toBeLessThan(32 * 1024 * 1024);
   }, 60_000);
