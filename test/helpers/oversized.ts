@@ -93,7 +93,9 @@ export function sendWholeThenRead(base: string, head: string, bodyBytes: number,
     const finish = () => {
       socket.destroy();
       const match = /^HTTP\/1\.1 (\d{3})[^]*?\r\n\r\n([^]*)$/.exec(received);
-      if (!match) return reject(writeError ?? new Error(`no answer: ${JSON.stringify(received.slice(0, 200))}`));
+      // The server must let the whole body in (it lingers): a reset mid-body is a failure even if the answer came.
+      if (writeError) return reject(new Error(`the body could not be sent whole: ${writeError.message}`));
+      if (!match) return reject(new Error(`no answer: ${JSON.stringify(received.slice(0, 200))}`));
       const body = match[2]!;
       resolve({ status: Number(match[1]), body: body ? JSON.parse(body) : undefined });
     };
