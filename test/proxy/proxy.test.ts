@@ -18,8 +18,7 @@ const token = randomBytes(16).toString('hex');
 /**
  * envd's RSS may grow at most this much over its idle RSS while 200 MiB go up
  * and down through the proxy: the contract's budget. Measured: upload +3-5 MiB,
- * download +37-41 MiB (1 MiB read buffers freed at V8's pace; one run on a
- * loaded machine reached +76 MiB).
+ * both +7 MiB (before downloads recycled their read buffers: +37-76 MiB).
  */
 const TRANSFER_RSS_BUDGET = 64 * 1024 * 1024;
 
