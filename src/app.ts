@@ -11,6 +11,7 @@ import { fileRoutes } from './files/routes.js';
 import type { ClockSetter } from './lifecycle/clock.js';
 import { describeRoute } from './lifecycle/openapi.js';
 import { lifecycleRoutes } from './lifecycle/routes.js';
+import { closeAfterLingering } from './lingering-close.js';
 import type { Logger } from './logger.js';
 import { SandboxState } from './sandbox-state.js';
 import { runningUserName } from './users.js';
@@ -79,6 +80,14 @@ export async function buildApp({ config, logger, state = new SandboxState(config
     if (!state.token.matches(token)) throw new HttpError(401, 'invalid access token');
   });
 
+  // An answer sent before the request body was read to its end (413, 401, a
+  // refused or failed upload) closes the connection, lingering so that a
+  // client or proxy still sending receives the answer instead of a reset.
+  app.addHook('onSend', (request, reply, payload, done) => {
+    if (!request.raw.complete) closeAfterLingering(request.raw, reply.raw);
+    done(null, payload);
+  });
+
   app.addHook('onResponse', async (request, reply) => {
     const level = request.routeOptions.config.auth === 'public' ? 'debug' : 'info';
     request.log[level]({ method: request.method, url: request.url, status: reply.statusCode, ms: Math.round(reply.elapsedTime) }, 'request');
@@ -102,9 +111,19 @@ export async function buildApp({ config, logger, state = new SandboxState(config
 }
 
 function handleError(error: FastifyError | HttpError, request: FastifyRequest, reply: FastifyReply) {
+  // The status line is gone (a stream failed after its first bytes): no error
+  // body can follow it. Abort, so the client sees a short transfer.
+  if (reply.raw.headersSent) {
+    request.log.warn({ err: error }, 'failed after the answer started: aborting the connection');
+    reply.raw.destroy();
+    return;
+  }
+  // Whatever the route set for its own answer (octet-stream, a length, a range) does not describe an error body.
+  for (const name of ['content-type', 'content-length', 'content-range', 'accept-ranges']) reply.removeHeader(name);
+  reply.type('application/json; charset=utf-8');
   if (error instanceof HttpError) {
     if (error.status >= 500) request.log.error({ err: error.cause ?? error }, error.message);
-    return reply.code(error.status).send({ message: error.message });
+    return reply.code(error.status).headers(error.headers).send({ message: error.message });
   }
   const status = (error as FastifyError).statusCode;
   if (status !== undefined && status >= 400 && status < 500) {

@@ -3,15 +3,21 @@ import { Type } from '@sinclair/typebox';
 /** The body of every error answer, for the response schemas (and so the OpenAPI document). */
 export const ErrorSchema = Type.Object({ message: Type.String() }, { description: 'Every error answer' });
 
-/** The one error type route handlers throw; the error handler turns it into `{ message }`. */
+/**
+ * The one error type route handlers throw; the error handler turns it into
+ * `{ message }`, with `headers` (e.g. a 416's Content-Range) on the answer.
+ */
 export class HttpError extends Error {
+  readonly headers: Record<string, string>;
+
   constructor(
     readonly status: number,
     message: string,
-    options?: { cause?: unknown },
+    options?: { cause?: unknown; headers?: Record<string, string> },
   ) {
     super(message, options);
     this.name = 'HttpError';
+    this.headers = options?.headers ?? {};
   }
 }
 
@@ -34,6 +40,8 @@ const ERRNO_STATUS: Record<string, { status: number; text: string }> = {
   ELOOP: { status: 400, text: 'too many levels of symbolic links' },
   EINVAL: { status: 400, text: 'invalid argument' },
   EXDEV: { status: 400, text: 'cannot move across file systems' },
+  // Opening a Unix socket, or a device without a driver: there are no bytes to read.
+  ENXIO: { status: 400, text: 'no such device or address (a socket, or a device without a driver)' },
   EMFILE: { status: 503, text: 'too many open files in envd; retry shortly' },
   ENFILE: { status: 503, text: 'too many open files in the system; retry shortly' },
   EAGAIN: { status: 503, text: 'resource temporarily unavailable (process or memory limit); retry shortly' },

@@ -1,5 +1,7 @@
-import type { ReadStream } from 'node:fs';
-import { STREAM_CHUNK_BYTES } from './chunk-size.js';
+import { stat } from 'node:fs/promises';
+import type { Readable } from 'node:stream';
+import { badRequest, errnoToHttpError } from '../errors.js';
+import { FileBody } from './file-body.js';
 import { openReadable } from './open-readable.js';
 
 export interface ByteRange {
@@ -31,34 +33,47 @@ export function parseRange(header: string | undefined, size: number): ByteRange 
 }
 
 export type Download =
-  | { status: 200 | 206; headers: Record<string, string>; body: ReadStream }
+  | { status: 200 | 206; headers: Record<string, string>; body: Readable }
   // The range lies past the end: the caller answers 416 with `content-range: bytes */<size>`.
   | { status: 416; size: number };
 
 /**
  * Opens the file once and streams from that handle, so the length sent is
  * the length of the file being read even if the path is replaced meanwhile.
- * The stream closes the handle when it ends or is destroyed (client gone).
+ * The first chunk is read before the answer is chosen (FileBody.open), so a
+ * file that cannot be read is a `{ message }` error; a failure after that
+ * aborts the connection (fastify destroys the response). The handle is closed
+ * when the body ends or is destroyed (client gone).
+ *
+ * A FIFO or socket is 400 before it is opened (opening a FIFO blocks a
+ * thread-pool thread until a writer appears). A file whose size is 0 may
+ * still have content (/proc, /sys, /dev/zero): it is sent to its end without
+ * a Content-Length (chunked), or with `content-length: 0` if it is empty.
  */
 export async function openDownload(path: string, rangeHeader: string | undefined): Promise<Download> {
+  const kind = await stat(path).catch((error: unknown) => {
+    throw errnoToHttpError(error, path);
+  });
+  if (kind.isFIFO() || kind.isSocket()) throw badRequest(`${path}: is a ${kind.isFIFO() ? 'FIFO' : 'socket'}, not a file that can be downloaded`);
   const { handle, stats } = await openReadable(path);
-  try {
-    const size = stats.size;
-    const range = parseRange(rangeHeader, size);
-    if (range === 'unsatisfiable') {
-      await handle.close();
-      return { status: 416, size };
-    }
-    const headers: Record<string, string> = { 'content-type': 'application/octet-stream', 'accept-ranges': 'bytes' };
-    if (range) {
-      headers['content-range'] = `bytes ${range.start}-${range.end}/${size}`;
-      headers['content-length'] = String(range.end - range.start + 1);
-      return { status: 206, headers, body: handle.createReadStream({ start: range.start, end: range.end, highWaterMark: STREAM_CHUNK_BYTES }) };
-    }
-    headers['content-length'] = String(size);
-    return { status: 200, headers, body: handle.createReadStream({ highWaterMark: STREAM_CHUNK_BYTES }) };
-  } catch (error) {
+  const size = stats.size;
+  const range = parseRange(rangeHeader, size);
+  if (range === 'unsatisfiable') {
     await handle.close();
-    throw error;
+    return { status: 416, size };
   }
+  const headers: Record<string, string> = { 'content-type': 'application/octet-stream', 'accept-ranges': 'bytes' };
+  if (range) {
+    const length = range.end - range.start + 1;
+    headers['content-range'] = `bytes ${range.start}-${range.end}/${size}`;
+    headers['content-length'] = String(length);
+    return { status: 206, headers, body: (await FileBody.open(handle, path, range.start, length)).body };
+  }
+  if (size > 0) {
+    headers['content-length'] = String(size);
+    return { status: 200, headers, body: (await FileBody.open(handle, path, 0, size)).body };
+  }
+  const { body, empty } = await FileBody.open(handle, path, 0, undefined);
+  if (empty) headers['content-length'] = '0';
+  return { status: 200, headers, body };
 }

@@ -40,27 +40,14 @@ export const fileRoutes: FastifyPluginAsyncTypebox<FileRoutesOptions> = async (a
         consumes: ['application/octet-stream'],
         response: { 200: S.Written, ...S.errors(400, 404, 409, 413, 507) },
       },
-      // Before the body is parsed: wrong type or declared size is refused without reading it.
-      onRequest: async (request, reply) => {
-        try {
-          checkUploadHeaders(request.headers);
-        } catch (error) {
-          // The unread body is not worth draining: answer and close the connection.
-          reply.header('connection', 'close');
-          throw error;
-        }
-      },
+      // Before the body is parsed: wrong type or declared size is refused
+      // without writing anything; the app's lingering close then drops the body.
+      onRequest: async (request) => checkUploadHeaders(request.headers),
     },
-    async (request, reply) => {
+    async (request) => {
       const path = checkPath(request.query.path, 'path');
       const owner = await resolveOwner(state, request.query.username);
-      try {
-        return await receiveUpload(request.raw, path, owner);
-      } catch (error) {
-        // Answering before the body is complete: close rather than read the rest of it.
-        if (!request.raw.complete) reply.header('connection', 'close');
-        throw error;
-      }
+      return receiveUpload(request.raw, path, owner);
     },
   );
 
@@ -78,9 +65,11 @@ export const fileRoutes: FastifyPluginAsyncTypebox<FileRoutesOptions> = async (a
       const path = checkPath(request.query.path, 'path');
       const download = await openDownload(path, request.headers.range);
       if (download.status === 416) {
-        reply.header('content-range', `bytes */${download.size}`);
-        throw new HttpError(416, `range ${request.headers.range} is outside the file (${download.size} bytes)`);
+        throw new HttpError(416, `range ${request.headers.range} is outside the file (${download.size} bytes)`, {
+          headers: { 'content-range': `bytes */${download.size}` },
+        });
       }
+      // Read errors up to the first chunk were answered above as { message }; later ones abort the connection.
       return reply.code(download.status).headers(download.headers).send(download.body);
     },
   );
