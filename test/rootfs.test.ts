@@ -13,4 +13,8 @@ describe('the guest unit', () => {
     expect(unit).toMatch(/\nKillSignal=SIGHUP\n/);
     expect(unit).toMatch(/\nKillMode=process\n/);
   });
+
+  it('keeps envd running when the OOM killer takes one of its commands', () => {
+    expect(readFileSync('rootfs/envd.service', 'utf8')).toMatch(/\nOOMPolicy=continue\n/);
+  });
 });

@@ -18,28 +18,38 @@ export const KEEP_ALIVE_MS = 15_000;
  * so its going away kills the command; an attacher's does not.
  */
 export async function streamProcess(request: FastifyRequest, reply: FastifyReply, proc: TrackedProcess, { killOnDisconnect }: { killOnDisconnect: boolean }): Promise<void> {
+  const headers = stringHeaders(reply);
   reply.hijack();
   const res = reply.raw;
-  const session = await createSession(request.raw, res, {
-    keepAlive: KEEP_ALIVE_MS,
-    // Reconnecting would run the command again (POST) or miss output: no retry hint.
-    retry: null,
-    headers: stringHeaders(reply),
-  });
-  const subscriber = new SseSubscriber(session, res, proc, request.log);
+  let subscriber: SseSubscriber | undefined;
   let closed = false;
   const onClose = () => {
     if (closed) return;
     closed = true;
-    proc.unsubscribe(subscriber);
+    if (subscriber) proc.unsubscribe(subscriber);
     if (killOnDisconnect && proc.running) {
       request.log.info({ pid: proc.pid }, 'stream client went away: killing the command');
       proc.kill();
     }
   };
-  session.once('disconnected', onClose);
-  // The client may have left before the session connected.
-  if (res.destroyed || !session.isConnected) return onClose();
+  // Before anything is awaited: a client that leaves while the stream is set up still releases (and kills) the command.
+  res.once('close', onClose);
+  let session: Session;
+  try {
+    session = await createSession(request.raw, res, {
+      keepAlive: KEEP_ALIVE_MS,
+      // Reconnecting would run the command again (POST) or miss output: no retry hint.
+      retry: null,
+      headers,
+    });
+  } catch (error) {
+    // Nothing was sent yet, but the reply is hijacked: end the connection, which runs onClose.
+    request.log.warn({ err: error, pid: proc.pid }, 'could not start the event stream');
+    res.destroy();
+    return;
+  }
+  if (closed || res.destroyed) return onClose();
+  subscriber = new SseSubscriber(session, res, proc, request.log);
   subscriber.write('start', { pid: proc.pid });
   proc.subscribe(subscriber);
 }

@@ -1,6 +1,4 @@
-import { stat } from 'node:fs/promises';
 import type { Readable } from 'node:stream';
-import { badRequest, errnoToHttpError } from '../errors.js';
 import { FileBody } from './file-body.js';
 import { openReadable } from './open-readable.js';
 
@@ -51,10 +49,6 @@ export type Download =
  * a Content-Length (chunked), or with `content-length: 0` if it is empty.
  */
 export async function openDownload(path: string, rangeHeader: string | undefined): Promise<Download> {
-  const kind = await stat(path).catch((error: unknown) => {
-    throw errnoToHttpError(error, path);
-  });
-  if (kind.isFIFO() || kind.isSocket()) throw badRequest(`${path}: is a ${kind.isFIFO() ? 'FIFO' : 'socket'}, not a file that can be downloaded`);
   const { handle, stats } = await openReadable(path);
   const size = stats.size;
   const range = parseRange(rangeHeader, size);

@@ -1,3 +1,4 @@
+import type { FileHandle } from 'node:fs/promises';
 import { HttpError, badRequest, errnoToHttpError } from '../errors.js';
 import { openReadable } from './open-readable.js';
 import type { EncodingName } from './schemas.js';
@@ -5,28 +6,41 @@ import type { EncodingName } from './schemas.js';
 /** JSON reads of files above this are refused with 413; `/files/raw` streams any size. */
 export const READ_LIMIT = 10 * 1024 * 1024;
 
+/** How much more a read asks for once the size stat gave is reached (files whose size says nothing). */
+const READ_STEP_BYTES = 64 * 1024;
+
 /** Reads a whole (small) file for a JSON answer. */
 export async function readContent(path: string, encoding: EncodingName): Promise<{ path: string; data: string; encoding: EncodingName; size: number }> {
   const { handle, stats } = await openReadable(path);
   try {
     if (stats.size > READ_LIMIT) throw new HttpError(413, `${path}: ${stats.size} bytes is over the ${READ_LIMIT}-byte limit of a JSON read; use GET /files/raw`);
-    // Read at most the size seen above (plus one byte to notice growth): a
-    // file that grows meanwhile cannot push the answer past the limit.
-    const buffer = Buffer.alloc(Math.min(stats.size + 1, READ_LIMIT + 1));
-    let length = 0;
-    while (length < buffer.length) {
-      const { bytesRead } = await handle.read(buffer, length, buffer.length - length, length);
-      if (bytesRead === 0) break;
-      length += bytesRead;
-    }
-    if (length > READ_LIMIT) throw new HttpError(413, `${path}: grew over the ${READ_LIMIT}-byte limit of a JSON read; use GET /files/raw`);
-    const bytes = buffer.subarray(0, length);
+    const bytes = await readUpTo(handle, READ_LIMIT + 1, stats.size);
+    if (bytes.length > READ_LIMIT) throw new HttpError(413, `${path}: grew over the ${READ_LIMIT}-byte limit of a JSON read; use GET /files/raw`);
+    const length = bytes.length;
     return { path, data: bytes.toString(encoding), encoding, size: length };
   } catch (error) {
     throw errnoToHttpError(error, path);
   } finally {
     await handle.close();
   }
+}
+
+/**
+ * Reads from the start to the end of the file, or `limit` bytes. `sizeHint` is
+ * what stat said: a file of size 0 may still have content (/proc/cpuinfo), so
+ * the end is where a read returns nothing, not the size.
+ */
+async function readUpTo(handle: FileHandle, limit: number, sizeHint: number): Promise<Buffer> {
+  const chunks: Buffer[] = [];
+  let total = 0;
+  while (total < limit) {
+    const buffer = Buffer.allocUnsafe(Math.min(limit - total, Math.max(sizeHint - total + 1, READ_STEP_BYTES)));
+    const { bytesRead } = await handle.read(buffer, 0, buffer.length, total);
+    if (bytesRead === 0) break;
+    chunks.push(buffer.subarray(0, bytesRead));
+    total += bytesRead;
+  }
+  return chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, total);
 }
 
 /** Request data as bytes; base64 that does not decode cleanly is a 400, not silently dropped characters. */

@@ -1,3 +1,4 @@
+import { execFileSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -45,6 +46,18 @@ describe('POST /files and GET /files', () => {
     expect((await scratch.server.json('GET', `/files?${q(join(scratch.dir, 'none'))}`)).status).toBe(404);
     expect((await scratch.server.json('GET', `/files?${q(scratch.dir)}`)).status).toBe(400);
     expect((await scratch.server.json('POST', '/files', { path: scratch.dir, data: 'x' })).status).toBe(400);
+  });
+
+  it('reads a file whose size says 0 to its end (/proc), and refuses a FIFO with 400 instead of hanging', async () => {
+    const { status, body } = await scratch.server.json('GET', `/files?path=/proc/self/status`);
+    expect(status).toBe(200);
+    expect(body.data).toMatch(/^Name:.*\n[\s\S]*VmRSS:/);
+    expect(body.size).toBe(Buffer.byteLength(body.data));
+    const fifo = join(scratch.dir, 'pipe');
+    execFileSync('mkfifo', [fifo]);
+    const answer = await scratch.server.json('GET', `/files?path=${fifo}`);
+    expect(answer.status).toBe(400);
+    expect(answer.body.message).toMatch(/FIFO/);
   });
 
   it('refuses a JSON body over 10 MiB with 413', async () => {

@@ -51,7 +51,9 @@ describe('envd in a 512 MiB qemu VM under output storms', () => {
     await new Promise((r) => setTimeout(r, 3_000));
     const rss = async () => (await client.json('GET', '/metrics')).body.envd_rss_bytes as number;
     const idle = await rss();
-    const hog = (await client.json('POST', '/commands', { cmd: 'exec perl -e \'$x = "a" x (300 * 1024 * 1024); sleep 3600\'', background: true })).body.pid as number;
+    // 300 MiB allocated once and every page touched (perl's `x` operator would build a second copy).
+    const touch300 = 'my $x = ""; vec($x, 300 * 1048576 - 1, 8) = 1; for (my $i = 0; $i < length $x; $i += 4096) { vec($x, $i, 8) = 1 } sleep 3600';
+    const hog = (await client.json('POST', '/commands', { cmd: `exec perl -e '${touch300}'`, background: true })).body.pid as number;
     await new Promise((r) => setTimeout(r, 5_000));
     const pids: number[] = [];
     for (let i = 0; i < VERBOSE; i++) {
