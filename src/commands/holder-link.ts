@@ -11,13 +11,16 @@ import {
   type HolderMessage,
 } from '../holder/protocol.js';
 
+/** The size of a link's read buffer: one holder message of output (64 KiB) and its header. */
+const READ_BUFFER_BYTES = 64 * 1024 + 64;
+
 /** How long envd waits for a holder's HELLO after connecting; a live holder answers at once. */
 export const HELLO_TIMEOUT_MS = 5_000;
 
 /**
- * While held, envd stops reading the socket once this much output is queued:
- * the rest stays in the kernel's socket buffer and the holder's, and the holder
- * stops reading the command. One socket read (64 KiB) is what a held link costs.
+ * While held, envd decodes no further than one message of output: the rest stays
+ * in the link's read buffer (not read again until released), the kernel's socket
+ * buffer and the holder's, and the holder stops reading the command.
  */
 const HELD_QUEUE_BYTES = 1;
 
@@ -42,14 +45,45 @@ export class HolderLink {
   private nextId = 1;
   private readonly acks = new Map<number, (status: AckStatus | 'closed') => void>();
   private closedFlag = false;
+  private readsPaused = false;
+
+  private onHello: ((hello: Hello) => void) | undefined;
+  private onHelloMissing: (type: string) => void = () => {};
 
   private constructor(private readonly socket: Socket) {}
+
+  /**
+   * One read from the socket, in the link's own buffer: everything that points into it is used up
+   * or copied before the next read. Returns false to stop reading (Node's onread contract).
+   */
+  private onRead(chunk: Buffer): boolean {
+    this.decoder.push(chunk);
+    if (this.onHello) {
+      const first = this.decoder.next();
+      if (first === undefined) {
+        this.settleReads();
+        return !this.readsPaused;
+      }
+      const onHello = this.onHello;
+      this.onHello = undefined;
+      if (first.type !== 'hello') {
+        this.onHelloMissing(first.type);
+        return false;
+      }
+      onHello(first);
+    }
+    this.deliver();
+    return !this.readsPaused;
+  }
 
   /** Connects to a holder's socket and resolves with its HELLO (the command's state at this moment). */
   static connect(path: string): Promise<{ link: HolderLink; hello: Hello }> {
     return new Promise((resolve, reject) => {
-      const socket = createConnection(path);
-      const link = new HolderLink(socket);
+      let link: HolderLink | undefined;
+      // Reads land in one buffer per link instead of a fresh 64 KiB allocation per read: a busy
+      // command's output then costs envd no garbage, and a held link pins nothing but this buffer.
+      const socket = createConnection({ path, onread: { buffer: Buffer.allocUnsafeSlow(READ_BUFFER_BYTES), callback: (n, buffer) => link!.onRead(Buffer.from(buffer.buffer, buffer.byteOffset, n)) } });
+      link = new HolderLink(socket);
       const timer = setTimeout(() => fail(new Error(`no HELLO from the holder at ${path}`)), HELLO_TIMEOUT_MS);
       const fail = (error: Error) => {
         clearTimeout(timer);
@@ -57,18 +91,13 @@ export class HolderLink {
         reject(error);
       };
       socket.once('error', fail);
-      const onFirst = (chunk: Buffer) => {
-        link.decoder.push(chunk);
-        const first = link.decoder.next();
-        if (first === undefined) return;
+      link.onHello = (hello) => {
         clearTimeout(timer);
-        socket.off('data', onFirst);
         socket.off('error', fail);
-        if (first.type !== 'hello') return fail(new Error(`the holder at ${path} sent ${first.type} before HELLO`));
         link.wire();
-        resolve({ link, hello: first });
+        resolve({ link, hello });
       };
-      socket.on('data', onFirst);
+      link.onHelloMissing = (type) => fail(new Error(`the holder at ${path} sent ${type} before HELLO`));
     });
   }
 
@@ -130,10 +159,6 @@ export class HolderLink {
   }
 
   private wire(): void {
-    this.socket.on('data', (chunk: Buffer) => {
-      this.decoder.push(chunk);
-      this.deliver();
-    });
     // A write to a holder that just exited fails with EPIPE; 'close' follows and says all there is to say.
     this.socket.on('error', () => {});
     this.socket.once('close', () => {
@@ -176,9 +201,22 @@ export class HolderLink {
     } finally {
       this.delivering = false;
     }
+    this.settleReads();
+  }
+
+  /**
+   * Queued messages point into the read buffer: no read until they are delivered. Otherwise a
+   * partial message is copied out of it, and reading goes on.
+   */
+  private settleReads(): void {
     if (this.closedFlag) return;
-    // Not `decoder.buffered`: a partial message must be read to its end, or nothing would ever resume the socket.
-    if (this.held && this.queuedBytes >= HELD_QUEUE_BYTES) this.socket.pause();
-    else this.socket.resume();
+    if (this.queue.length > 0) {
+      this.readsPaused = true;
+      this.socket.pause();
+      return;
+    }
+    this.decoder.keepBuffered();
+    this.readsPaused = false;
+    this.socket.resume();
   }
 }

@@ -109,6 +109,8 @@ export function encodeResize(id: number, cols: number, rows: number): Buffer {
 class ChunkQueue {
   private chunks: Buffer[] = [];
   private total = 0;
+  /** Whether the one chunk left is a private copy (ownCopy), not the caller's memory. */
+  private owned = false;
 
   get length(): number {
     return this.total;
@@ -116,6 +118,7 @@ class ChunkQueue {
 
   push(chunk: Buffer): void {
     if (chunk.length === 0) return;
+    this.owned = false;
     this.chunks.push(chunk);
     this.total += chunk.length;
   }
@@ -133,6 +136,13 @@ class ChunkQueue {
       if (filled === n) break;
     }
     return out;
+  }
+
+  /** Replaces the chunks by one private copy, so the caller may reuse the memory it pushed. */
+  ownCopy(): void {
+    if (this.total === 0 || this.owned) return;
+    this.chunks = [Buffer.concat(this.chunks, this.total)];
+    this.owned = true;
   }
 
   /** Removes and returns the first n bytes (n <= length). */
@@ -237,6 +247,11 @@ export class MessageDecoder {
 
   get buffered(): number {
     return this.queue.length;
+  }
+
+  /** Copies what is buffered (a partial message), so the memory pushed may be reused by the next read. */
+  keepBuffered(): void {
+    this.queue.ownCopy();
   }
 }
 
