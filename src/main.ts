@@ -1,3 +1,4 @@
+import './process-title.js';
 import { ConfigError, HELP, parseCli } from './config.js';
 import { buildApp } from './app.js';
 import { createLogger } from './logger.js';
