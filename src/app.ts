@@ -13,6 +13,7 @@ import { describeRoute } from './lifecycle/openapi.js';
 import { lifecycleRoutes } from './lifecycle/routes.js';
 import type { Logger } from './logger.js';
 import { SandboxState } from './sandbox-state.js';
+import { buildLazySerializers } from './serialization.js';
 import { runningUserName } from './users.js';
 import { formatValidationError, validatorCompiler } from './validation.js';
 import { VERSION } from './version.js';
@@ -51,6 +52,7 @@ export async function buildApp({ config, logger, state = new SandboxState(config
     return503OnClosing: true,
     requestIdHeader: false,
     schemaErrorFormatter: formatValidationError,
+    schemaController: { compilersFactory: { buildSerializer: buildLazySerializers } },
     // The control plane's request id, when it sends one, ties our log lines to its own.
     genReqId: (req) => {
       const given = req.headers['x-request-id'];
