@@ -2,6 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { Writable } from 'node:stream';
 import { buildApp, type App, type AppDeps } from '../../src/app.js';
 import { DEFAULT_MAX_OUTPUT_BYTES, type Config } from '../../src/config.js';
+import { generatedOpenApi } from '../../src/lifecycle/openapi.js';
 import { createLogger } from '../../src/logger.js';
 
 export interface TestServer {
@@ -42,7 +43,7 @@ export async function startServer(overrides: Partial<Config> = {}, deps: Pick<Ap
     },
   });
   const config = testConfig({ ...overrides, accessToken: token });
-  const app = await buildApp({ ...deps, config, logger: createLogger(config.logLevel, sink) });
+  const app = await buildApp({ ...deps, config, logger: createLogger(config.logLevel, sink), openApi: generatedOpenApi });
   await app.listen({ host: '127.0.0.1', port: 0 });
   const address = app.server.address();
   if (!address || typeof address === 'string') throw new Error('no address');
