@@ -1,5 +1,5 @@
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
-import Fastify, { LogController, type FastifyError, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
+import Fastify, { LogController, type FastifyError, type FastifyInstance, type FastifyReply, type FastifyRequest, type FastifyServerOptions } from 'fastify';
 import { randomUUID } from 'node:crypto';
 import { bearerToken } from './auth.js';
 import { commandRoutes } from './commands/routes.js';
@@ -43,6 +43,8 @@ export type App = FastifyInstance & { envd: { state: SandboxState; processes: Pr
 
 const REQUEST_ID = /^[\w.:-]{1,64}$/;
 
+type ValidatorFactory = NonNullable<NonNullable<NonNullable<FastifyServerOptions['schemaController']>['compilersFactory']>['buildValidator']>;
+
 export async function buildApp({ config, logger, state = new SandboxState(config, runningUserName()), setClock, openApi }: AppDeps): Promise<App> {
   const app = Fastify({
     loggerInstance: logger,
@@ -53,7 +55,9 @@ export async function buildApp({ config, logger, state = new SandboxState(config
     return503OnClosing: true,
     requestIdHeader: false,
     schemaErrorFormatter: formatValidationError,
-    schemaController: { compilersFactory: { buildSerializer: buildLazySerializers } },
+    // Our own compilers, so fastify never loads its default @fastify/ajv-compiler. Fastify
+    // calls our validatorCompiler with a route's schema; its type names ajv-compiler's own.
+    schemaController: { compilersFactory: { buildValidator: (() => validatorCompiler) as unknown as ValidatorFactory, buildSerializer: buildLazySerializers } },
     // The control plane's request id, when it sends one, ties our log lines to its own.
     genReqId: (req) => {
       const given = req.headers['x-request-id'];
