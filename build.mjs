@@ -53,7 +53,9 @@ generateOpenApiJson().then((json) => process.stdout.write(json), (error) => { co
   try {
     const json = execFileSync(process.execPath, [generator], { encoding: 'utf8', maxBuffer: 64 * 1024 * 1024, stdio: ['ignore', 'pipe', 'inherit'] });
     JSON.parse(json); // a generator that printed anything else fails the build here
-    return json;
+    // JSON escapes for anything beyond ASCII: one such character (a "−") would make V8
+    // keep the whole 47 KB text as a two-byte string.
+    return json.replace(/[\u007f-\uffff]/g, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`);
   } finally {
     rmSync(generator, { force: true });
   }
