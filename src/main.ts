@@ -1,7 +1,6 @@
 import './process-title.js';
 import { ConfigError, HELP, parseCli } from './config.js';
 import { buildApp } from './app.js';
-import { collectBootGarbageSoon } from './boot-garbage.js';
 import { prebuiltOpenApi } from './lifecycle/openapi-source.js';
 import { createLogger } from './logger.js';
 import { VERSION } from './version.js';
@@ -55,7 +54,6 @@ async function main(): Promise<void> {
     process.exit(1);
   }
   logger.info({ version: VERSION, host: config.host, port: config.port, initialised: app.envd.state.token.isSet }, 'envd ready');
-  collectBootGarbageSoon();
 }
 
 void main();
