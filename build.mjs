@@ -7,26 +7,118 @@ import { build } from 'esbuild';
 import { execFileSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { chmodSync, copyFileSync, existsSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { createRequire } from 'node:module';
+
+const major = Number(process.versions.node.split('.')[0]);
+if (major < 24) throw new Error(`build.mjs must run under Node 24 (npm scripts use node_modules/.bin/node), got ${process.version}`);
 
 mkdirSync('dist', { recursive: true });
 const holderHash = buildHolder();
 
-await build({
-  entryPoints: ['src/main.ts'],
-  outfile: 'dist/envd.js',
+const bundleOptions = {
   bundle: true,
   platform: 'node',
   target: 'node24',
   // CommonJS, because a Node single executable application embeds a CommonJS script.
   format: 'cjs',
-  minify: true,
   // keepNames would wrap every closure fastify creates per request in a
   // defineProperty call: the HTTP floor bench measured 0.6x bare fastify with
   // it and 1.0-1.1x without. Errors carry their own `name`.
   keepNames: false,
   legalComments: 'none',
   logLevel: 'warning',
+};
+
+await build({
+  ...bundleOptions,
+  entryPoints: ['src/main.ts'],
+  outfile: 'dist/envd.js',
+  minify: true,
+  define: { ENVD_OPENAPI_JSON: JSON.stringify(await generateOpenApiJson()) },
+  plugins: [loadOnFirstUse(['http2', 'https']), leaveOut(['light-my-request', '@fastify/ajv-compiler'])],
 });
+
+/**
+ * GET /openapi.json's document, generated here from the route schemas by the
+ * same code the tests run in process (src/lifecycle/openapi-document.ts), so
+ * the bundle serves it as a constant and never loads @fastify/swagger or yaml.
+ */
+async function generateOpenApiJson() {
+  const generator = 'dist/openapi-generator.cjs';
+  await build({
+    ...bundleOptions,
+    stdin: {
+      contents: `import { generateOpenApiJson } from './src/lifecycle/openapi-document.ts';
+generateOpenApiJson().then((json) => process.stdout.write(json), (error) => { console.error(error); process.exit(1); });`,
+      resolveDir: '.',
+      loader: 'ts',
+    },
+    outfile: generator,
+  });
+  try {
+    const json = execFileSync(process.execPath, [generator], { encoding: 'utf8', maxBuffer: 64 * 1024 * 1024, stdio: ['ignore', 'pipe', 'inherit'] });
+    JSON.parse(json); // a generator that printed anything else fails the build here
+    // JSON escapes for anything beyond ASCII: one such character (a "−") would make V8
+    // keep the whole 47 KB text as a two-byte string.
+    return json.replace(/[\u007f-\uffff]/g, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`);
+  } finally {
+    rmSync(generator, { force: true });
+  }
+}
+
+/**
+ * Packages that fastify requires only for features envd does not use:
+ * light-my-request for `app.inject()` (the tests use real sockets) and
+ * @fastify/ajv-compiler for its default validators (envd hands it its own,
+ * src/validation.ts). Each is replaced by a module that throws if it is ever
+ * loaded, so using one of those features fails loudly instead of silently
+ * missing. 94 KB less bundle to read and compile at every start.
+ */
+function leaveOut(names) {
+  return {
+    name: 'leave-out',
+    setup(build) {
+      build.onResolve({ filter: new RegExp(`^(${names.join('|')})$`) }, ({ path }) => ({ path, namespace: 'leave-out' }));
+      build.onLoad({ filter: /.*/, namespace: 'leave-out' }, ({ path }) => ({
+        loader: 'js',
+        contents: `throw new Error(${JSON.stringify(`${path} is left out of envd's bundle (build.mjs)`)});`,
+      }));
+    },
+  };
+}
+
+/**
+ * Node built-ins that dependencies require at start but envd only needs for
+ * options it never uses (fastify's server.js requires http2 and https for
+ * `http2: true` / `https: {...}`; better-sse checks `instanceof
+ * Http2ServerRequest` only after the HTTP/1 check has matched). Not loading
+ * them saved ~2 MiB of idle RSS (interleaved A/B); each is replaced by an object that
+ * requires the real module the first time one of its exports is read.
+ * The export names are listed here, from the Node that builds (the same
+ * version the bundle runs on), so bundled ESM imports of them do not load it.
+ */
+function loadOnFirstUse(names) {
+  const exportsOf = (name) => Object.keys(createRequire(import.meta.url)(`node:${name}`));
+  return {
+    name: 'load-on-first-use',
+    setup(build) {
+      build.onResolve({ filter: new RegExp(`^(node:)?(${names.join('|')})$`) }, ({ path }) => ({ path: path.replace(/^node:/, ''), namespace: 'load-on-first-use' }));
+      build.onLoad({ filter: /.*/, namespace: 'load-on-first-use' }, ({ path: name }) => ({
+        loader: 'js',
+        contents: `let real;
+const load = () => (real ??= require('node:${name}'));
+const names = ${JSON.stringify(exportsOf(name))};
+module.exports = new Proxy({}, {
+  get: (_, key) => load()[key],
+  has: (_, key) => names.includes(key) || key in load(),
+  ownKeys: () => names,
+  getOwnPropertyDescriptor: (_, key) => (names.includes(key) ? { configurable: true, enumerable: true, writable: false, value: undefined } : undefined),
+});
+`,
+      }));
+    },
+  };
+}
 
 // The repository's package.json says "type": "module"; this keeps dist/ CommonJS.
 writeFileSync('dist/package.json', '{ "type": "commonjs" }\n');
@@ -39,15 +131,12 @@ buildSingleExecutable();
  * the bundle nor the Node binary changed, so `npm test` pays for it once.
  */
 function buildSingleExecutable() {
-  const major = Number(process.versions.node.split('.')[0]);
-  if (major < 24) throw new Error(`build.mjs must run under Node 24 (npm scripts use node_modules/.bin/node), got ${process.version}`);
-
   // The V8 flags envd is deployed with; the executable applies them itself (SEA execArgv).
   const nodeFlags = JSON.parse(readFileSync('package.json', 'utf8')).envd?.nodeFlags ?? [];
   const inputs = createHash('sha256')
     .update(readFileSync('dist/envd.js'))
-    .update(holderHash)
     .update(JSON.stringify(nodeFlags))
+    .update(holderHash)
     .update(process.execPath)
     .update(process.version)
     .digest('hex');

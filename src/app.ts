@@ -1,6 +1,5 @@
-import swagger from '@fastify/swagger';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
-import Fastify, { LogController, type FastifyError, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
+import Fastify, { LogController, type FastifyError, type FastifyInstance, type FastifyReply, type FastifyRequest, type FastifyServerOptions } from 'fastify';
 import { randomUUID } from 'node:crypto';
 import { bearerToken } from './auth.js';
 import { commandRoutes } from './commands/routes.js';
@@ -9,14 +8,14 @@ import type { Config } from './config.js';
 import { HttpError } from './errors.js';
 import { fileRoutes } from './files/routes.js';
 import type { ClockSetter } from './lifecycle/clock.js';
-import { describeRoute } from './lifecycle/openapi.js';
+import type { OpenApiSource } from './lifecycle/openapi-source.js';
 import { lifecycleRoutes } from './lifecycle/routes.js';
 import { closeAfterLingering } from './lingering-close.js';
 import type { Logger } from './logger.js';
 import { SandboxState } from './sandbox-state.js';
+import { buildLazySerializers } from './serialization.js';
 import { runningUserName } from './users.js';
 import { formatValidationError, validatorCompiler } from './validation.js';
-import { VERSION } from './version.js';
 
 /** JSON request bodies above this are refused with 413 before they are parsed. */
 export const JSON_BODY_LIMIT = 10 * 1024 * 1024;
@@ -36,13 +35,17 @@ export interface AppDeps {
   state?: SandboxState;
   /** Sets the system clock for POST /init; tests inject a fake so they never move the real clock. */
   setClock?: ClockSetter;
+  /** GET /openapi.json: the document built into the bundle, or generated from the routes (tests, the build). */
+  openApi: OpenApiSource;
 }
 
 export type App = FastifyInstance & { envd: { state: SandboxState; processes: ProcessRegistry } };
 
 const REQUEST_ID = /^[\w.:-]{1,64}$/;
 
-export async function buildApp({ config, logger, state = new SandboxState(config, runningUserName()), setClock }: AppDeps): Promise<App> {
+type ValidatorFactory = NonNullable<NonNullable<NonNullable<FastifyServerOptions['schemaController']>['compilersFactory']>['buildValidator']>;
+
+export async function buildApp({ config, logger, state = new SandboxState(config, runningUserName()), setClock, openApi }: AppDeps): Promise<App> {
   const app = Fastify({
     loggerInstance: logger,
     // One line per request, written by the onResponse hook below, instead of fastify's two.
@@ -52,6 +55,9 @@ export async function buildApp({ config, logger, state = new SandboxState(config
     return503OnClosing: true,
     requestIdHeader: false,
     schemaErrorFormatter: formatValidationError,
+    // Our own compilers, so fastify never loads its default @fastify/ajv-compiler. Fastify
+    // calls our validatorCompiler with a route's schema; its type names ajv-compiler's own.
+    schemaController: { compilersFactory: { buildValidator: (() => validatorCompiler) as unknown as ValidatorFactory, buildSerializer: buildLazySerializers } },
     // The control plane's request id, when it sends one, ties our log lines to its own.
     genReqId: (req) => {
       const given = req.headers['x-request-id'];
@@ -93,17 +99,9 @@ export async function buildApp({ config, logger, state = new SandboxState(config
     request.log[level]({ method: request.method, url: request.url, status: reply.statusCode, ms: Math.round(reply.elapsedTime) }, 'request');
   });
 
-  await app.register(swagger, {
-    openapi: {
-      openapi: '3.0.3',
-      info: { title: 'envd', version: VERSION, description: 'The daemon inside every sandbox VM.' },
-      components: { securitySchemes: { bearer: { type: 'http', scheme: 'bearer' } } },
-      security: [{ bearer: [] }],
-    },
-    transform: describeRoute,
-  });
+  await openApi.attach(app);
 
-  await app.register(lifecycleRoutes, { config, state, processes, setClock });
+  await app.register(lifecycleRoutes, { config, state, processes, setClock, openApi });
   await app.register(commandRoutes, { prefix: '/commands', config, state, processes });
   await app.register(fileRoutes, { prefix: '/files', config, state });
 

@@ -1,9 +1,14 @@
+import './process-title.js';
 import { ConfigError, HELP, parseCli } from './config.js';
 import { buildApp } from './app.js';
+import { prebuiltOpenApi } from './lifecycle/openapi-source.js';
 import { createLogger } from './logger.js';
 import { runShell } from './shell/client.js';
 import { parseShellArgs, SHELL_HELP, ShellUsageError } from './shell/options.js';
 import { VERSION } from './version.js';
+
+/** The OpenAPI document as JSON text, generated from the route schemas by build.mjs (esbuild `define`). */
+declare const ENVD_OPENAPI_JSON: string;
 
 /** How long SIGTERM may take before envd exits regardless. */
 const SHUTDOWN_DEADLINE_MS = 5_000;
@@ -26,7 +31,7 @@ async function main(): Promise<void> {
   delete process.env.ENVD_ACCESS_TOKEN;
 
   const logger = createLogger(config.logLevel);
-  const app = await buildApp({ config, logger });
+  const app = await buildApp({ config, logger, openApi: prebuiltOpenApi(ENVD_OPENAPI_JSON) });
 
   let stopping = false;
   const stop = (signal: NodeJS.Signals) => {

@@ -1,9 +1,9 @@
 import { spawnSync } from 'node:child_process';
-import { copyFileSync, mkdtempSync, rmSync } from 'node:fs';
+import { copyFileSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { startEnvdProcess } from './helpers/proc.js';
+import { startEnvdExecutable, startEnvdProcess, type EnvdProcess } from './helpers/proc.js';
 
 const bundle = join(process.cwd(), 'dist/envd.js');
 const empty = mkdtempSync(join(tmpdir(), 'envd-empty-'));
@@ -44,5 +44,21 @@ describe('the envd executable', () => {
     expect((await ran.json()).stdout).toBe('from-the-copy\n');
     expect(await envd.stop('SIGTERM')).toBe(0);
     expect(envd.lines.every((line) => !line.includes('tok"'))).toBe(true);
+  });
+
+  // ps, top, systemd-cgtop and the kernel's OOM messages show a process's comm
+  // (its main thread's name); without a title the executable's reads "MainThread".
+  it.each([
+    ['node dist/envd.js', () => startEnvdProcess([], { ENVD_ACCESS_TOKEN: 'tok' })],
+    ['dist/envd', () => startEnvdExecutable([], { ENVD_ACCESS_TOKEN: 'tok' })],
+  ] as [string, () => Promise<EnvdProcess>][])('names its process envd when run as %s', async (_how, start) => {
+    const envd = await start();
+    try {
+      expect(readFileSync(`/proc/${envd.child.pid}/comm`, 'utf8')).toBe('envd\n');
+      expect(readFileSync(`/proc/${envd.child.pid}/cmdline`, 'utf8').split('\0')[0]).toBe('envd');
+      expect((await fetch(`${envd.url}/health`)).status).toBe(200);
+    } finally {
+      await envd.stop('SIGTERM');
+    }
   });
 });

@@ -7,6 +7,7 @@ import { VERSION } from '../version.js';
 import { ClockSync, setSystemClock, type ClockSetter } from './clock.js';
 import { applyInit, validateInit } from './init.js';
 import { MetricsReader } from './metrics.js';
+import type { OpenApiSource } from './openapi-source.js';
 import { TokenFile } from './token-file.js';
 import { EnvsSchema, HealthSchema, InitBody, MetricsSchema, OpenApiSchema } from './schemas.js';
 
@@ -16,9 +17,10 @@ export interface LifecycleRoutesOptions {
   processes: ProcessRegistry;
   /** Sets the system clock on /init; the real `date -s` unless a test injects its own. */
   setClock?: ClockSetter;
+  openApi: OpenApiSource;
 }
 
-export const lifecycleRoutes: FastifyPluginAsyncTypebox<LifecycleRoutesOptions> = async (app, { config, state, processes, setClock = setSystemClock }) => {
+export const lifecycleRoutes: FastifyPluginAsyncTypebox<LifecycleRoutesOptions> = async (app, { config, state, processes, setClock = setSystemClock, openApi }) => {
   const log = app.log.child({ feature: 'lifecycle' });
   const clock = new ClockSync(setClock, log);
   const metrics = new MetricsReader(
@@ -72,8 +74,9 @@ export const lifecycleRoutes: FastifyPluginAsyncTypebox<LifecycleRoutesOptions> 
 
   app.get('/metrics', { schema: { summary: 'CPU, memory, disk and envd figures', response: { 200: MetricsSchema } } }, async () => metrics.read());
 
-  app.get('/openapi.json', { schema: { summary: 'This API as an OpenAPI 3 document, generated from the route schemas', response: { 200: OpenApiSchema } } }, async () =>
-    // Generated once from every route's schema, then cached by @fastify/swagger.
-    app.swagger() as unknown as Static<typeof OpenApiSchema>,
+  let openApiJson: string | undefined;
+  app.get('/openapi.json', { schema: { summary: 'This API as an OpenAPI 3 document, generated from the route schemas', response: { 200: OpenApiSchema } } }, async (_request, reply) =>
+    // JSON text with a JSON content type: fastify sends it as it is, unserialised.
+    reply.type('application/json').send((openApiJson ??= openApi.json(app)) as unknown as Static<typeof OpenApiSchema>),
   );
 };

@@ -3,12 +3,13 @@ import { appendFileSync, readFileSync, truncateSync, writeFileSync } from 'node:
 import { createServer } from 'node:net';
 import { join } from 'node:path';
 import { Writable } from 'node:stream';
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, onTestFinished } from 'vitest';
 import { buildApp } from '../../src/app.js';
+import { generatedOpenApi } from '../../src/lifecycle/openapi.js';
 import { createLogger } from '../../src/logger.js';
 import { countFds, waitFor } from '../helpers/proc.js';
 import { useScratchServer } from '../helpers/scratch-server.js';
-import { testConfig } from '../helpers/server.js';
+import { testConfig, makeEnvdDirs } from '../helpers/server.js';
 
 const scratch = useScratchServer('envd-download-');
 const q = (path: string) => `path=${encodeURIComponent(path)}`;
@@ -110,8 +111,10 @@ describe('GET /files/raw: errors before and after the status line', () => {
 
 describe('the error handler after the status line', () => {
   it('aborts the connection instead of appending an error body', async () => {
-    const config = testConfig({ accessToken: 't' });
-    const app = await buildApp({ config, logger: createLogger('fatal', new Writable({ write: (_c, _e, done) => done() })) });
+    const dirs = makeEnvdDirs();
+    onTestFinished(() => dirs.remove());
+    const config = testConfig({ accessToken: 't', stateDir: dirs.stateDir, spoolDir: dirs.spoolDir });
+    const app = await buildApp({ config, logger: createLogger('fatal', new Writable({ write: (_c, _e, done) => done() })), openApi: generatedOpenApi });
     // A route that fails after writing its status line and some bytes itself.
     app.get('/partial', { config: { auth: 'public' } }, async (_request, reply) => {
       reply.raw.writeHead(200, { 'content-type': 'text/plain', 'content-length': '100' });

@@ -36,6 +36,11 @@ export function registerScenario(guest: () => { client: EnvdClient; name: string
     expect(result.stdout).toBe('0\n');
   });
 
+  it('shows up as envd in ps (the comm that top, systemd-cgtop and OOM messages name too)', async () => {
+    const result = await run(guest().client, 'ps -o comm= -p "$(pidof envd)"; cat /proc/"$(pidof envd)"/comm', { user: 'root' });
+    expect(result).toMatchObject({ exit_code: 0, stdout: 'envd\nenvd\n' });
+  });
+
   it('streams a command as server-sent events: start, stdout, exit', async () => {
     const response = await guest().client.call('POST', '/commands/stream', { cmd: 'for i in 1 2 3; do echo line$i; done; echo oops >&2; exit 3' });
     expect(response.status).toBe(200);

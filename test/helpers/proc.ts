@@ -87,14 +87,25 @@ export interface EnvdProcess {
   stop(signal?: NodeJS.Signals): Promise<number | null>;
 }
 
+const ON_ANY_LOOPBACK_PORT = ['--host', '127.0.0.1', '--port', '0'];
+
 /** Runs the built bundle as its own process and waits until it listens. */
 export async function startEnvdProcess(args: string[] = [], env: NodeJS.ProcessEnv = {}, cwd?: string, script = `${process.cwd()}/dist/envd.js`): Promise<EnvdProcess> {
+  return startListening(process.execPath, [...ENVD_NODE_FLAGS, script, ...ON_ANY_LOOPBACK_PORT], args, env, cwd);
+}
+
+/** Runs the single executable dist/envd (it applies the node flags itself) and waits until it listens. */
+export async function startEnvdExecutable(args: string[] = [], env: NodeJS.ProcessEnv = {}): Promise<EnvdProcess> {
+  return startListening(`${process.cwd()}/dist/envd`, ON_ANY_LOOPBACK_PORT, args, env);
+}
+
+async function startListening(file: string, fixedArgs: string[], args: string[], env: NodeJS.ProcessEnv, cwd?: string): Promise<EnvdProcess> {
   // Never the real /run/envd and /var/lib/envd of a root test run: a temporary pair, removed when envd stops.
   const given = args.includes('--state-dir');
   const dirs = given ? undefined : mkdtempSync(join(tmpdir(), 'envd-proc-'));
   const dirArgs = dirs ? ['--state-dir', join(dirs, 'state'), '--spool-dir', join(dirs, 'spool')] : [];
   const allArgs = [...dirArgs, ...args];
-  const child = spawn(process.execPath, [...ENVD_NODE_FLAGS, script, '--host', '127.0.0.1', '--port', '0', ...allArgs], {
+  const child = spawn(file, [...fixedArgs, ...allArgs], {
     cwd,
     env: { PATH: process.env.PATH, ...ENVD_ENV, ...env },
     stdio: ['ignore', 'pipe', 'inherit'],

@@ -5,6 +5,7 @@ import { join } from 'node:path';
 import { Writable } from 'node:stream';
 import { buildApp, type App, type AppDeps } from '../../src/app.js';
 import { DEFAULT_MAX_OUTPUT_BYTES, DEFAULT_MAX_SPOOL_BYTES, DEFAULT_OUTPUT_MEMORY_BYTES, type Config } from '../../src/config.js';
+import { generatedOpenApi } from '../../src/lifecycle/openapi.js';
 import { createLogger } from '../../src/logger.js';
 
 export interface TestServer {
@@ -34,9 +35,10 @@ export function testConfig(overrides: Partial<Config> = {}): Config {
     maxOutputBytes: DEFAULT_MAX_OUTPUT_BYTES,
     outputMemoryBytes: DEFAULT_OUTPUT_MEMORY_BYTES,
     maxSpoolBytes: DEFAULT_MAX_SPOOL_BYTES,
-    // Placeholders: startServer gives every server its own temporary state and spool directories.
-    stateDir: '/nonexistent/state',
-    spoolDir: '/nonexistent/spool',
+    // Placeholders that cannot be created (under a file): startServer gives every server its own
+    // temporary directories, and an app built from testConfig() alone fails instead of writing real paths.
+    stateDir: '/dev/null/state',
+    spoolDir: '/dev/null/spool',
     logLevel: 'info',
     ...overrides,
   };
@@ -60,7 +62,7 @@ export async function startServer(overrides: Partial<Config> = {}, deps: Pick<Ap
   });
   const dirs = overrides.stateDir === undefined ? makeEnvdDirs() : undefined;
   const config = testConfig({ ...(dirs ? { stateDir: dirs.stateDir, spoolDir: dirs.spoolDir } : {}), ...overrides, accessToken: token });
-  const app = await buildApp({ ...deps, config, logger: createLogger(config.logLevel, sink) });
+  const app = await buildApp({ ...deps, config, logger: createLogger(config.logLevel, sink), openApi: generatedOpenApi });
   await app.listen({ host: '127.0.0.1', port: 0 });
   const address = app.server.address();
   if (!address || typeof address === 'string') throw new Error('no address');

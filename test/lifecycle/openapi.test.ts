@@ -1,7 +1,9 @@
-import { afterEach, describe, expect, it, onTestFinished } from 'vitest';
+import { afterAll, afterEach, beforeAll, describe, expect, it, onTestFinished } from 'vitest';
 import { buildApp, type App } from '../../src/app.js';
+import { generatedOpenApi } from '../../src/lifecycle/openapi.js';
 import { InitBody } from '../../src/lifecycle/schemas.js';
 import { createLogger } from '../../src/logger.js';
+import { startEnvdProcess, type EnvdProcess } from '../helpers/proc.js';
 import { makeEnvdDirs, startServer, testConfig, type TestServer } from '../helpers/server.js';
 import { missingFromDocument, registeredRoutes } from './registered-routes.js';
 
@@ -10,18 +12,28 @@ type Document = { openapi: string; info: { title: string; version: string }; pat
 
 const LIFECYCLE = ['GET /health', 'POST /init', 'GET /envs', 'GET /metrics', 'GET /openapi.json'];
 
-let server: TestServer | undefined;
+// The bundle serves the document build.mjs generated; the in-process app (from
+// the sources) generates it from its routes as they register. Both are checked.
+let bundle: EnvdProcess;
+let server: TestServer;
 let built: App | undefined;
-afterEach(async () => {
+beforeAll(async () => {
+  [bundle, server] = await Promise.all([startEnvdProcess([], { ENVD_ACCESS_TOKEN: 'tok' }), startServer({}, { setClock: async () => {} })]);
+});
+afterAll(async () => {
+  await bundle?.stop();
   await server?.close();
+});
+afterEach(async () => {
   await built?.close();
-  server = built = undefined;
+  built = undefined;
 });
 
+/** The document the built envd serves. */
 async function fetchDocument(): Promise<{ server: TestServer; document: Document }> {
-  server = await startServer({}, { setClock: async () => {} });
-  const response = await server.call('GET', '/openapi.json');
+  const response = await fetch(`${bundle.url}/openapi.json`, { headers: { authorization: 'Bearer tok' } });
   expect(response.status).toBe(200);
+  expect(response.headers.get('content-type')).toMatch(/^application\/json/);
   return { server, document: (await response.json()) as Document };
 }
 
@@ -53,7 +65,7 @@ describe('GET /openapi.json', () => {
   it('notices a route that is left out of the document (the check above is not vacuous)', async () => {
     const dirs = makeEnvdDirs();
     onTestFinished(() => dirs.remove());
-    built = await buildApp({ config: testConfig({ accessToken: 'tok', stateDir: dirs.stateDir, spoolDir: dirs.spoolDir }), logger: createLogger('silent'), setClock: async () => {} });
+    built = await buildApp({ config: testConfig({ accessToken: 'tok', stateDir: dirs.stateDir, spoolDir: dirs.spoolDir }), logger: createLogger('silent'), setClock: async () => {}, openApi: generatedOpenApi });
     await built.register(
       async (plugin) => {
         plugin.get('/:id', { schema: { hide: true } }, async () => ({}));
@@ -121,9 +133,10 @@ describe('GET /openapi.json', () => {
     expect(metrics.properties.processes_tracked.type).toBe('integer');
   });
 
-  it('is the same document the app generates from its route schemas', async () => {
+  it('is the same document the app generates from its route schemas, served in process too', async () => {
     const { server, document } = await fetchDocument();
     expect(document).toEqual(JSON.parse(JSON.stringify(server.app.swagger())));
+    expect(await (await server.call('GET', '/openapi.json')).json()).toEqual(document);
     // The schema that validates /init bodies is the one documented.
     const body = document.paths['/init']!.post!.requestBody.content['application/json'].schema;
     expect(body.properties.access_token).toEqual(expect.objectContaining({ type: 'string', minLength: InitBody.properties.access_token.minLength, maxLength: InitBody.properties.access_token.maxLength }));
