@@ -1,3 +1,6 @@
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { buildApp } from '../app.js';
 import { parseCli } from '../config.js';
 import { createLogger } from '../logger.js';
@@ -9,13 +12,19 @@ import { generatedOpenApi } from './openapi.js';
  * generator. The document does not depend on the configuration; the defaults do.
  */
 export async function generateOpenApiJson(): Promise<string> {
-  const action = parseCli([], {});
-  if (action.kind !== 'run') throw new Error('parseCli([]) did not give a configuration');
-  const app = await buildApp({ config: action.config, logger: createLogger('silent'), openApi: generatedOpenApi });
+  // Its own throw-away state and spool directories: the build must not touch /run/envd or re-adopt anything.
+  const dirs = mkdtempSync(join(tmpdir(), 'envd-openapi-'));
   try {
-    await app.ready();
-    return generatedOpenApi.json(app);
+    const action = parseCli(['--state-dir', join(dirs, 'state'), '--spool-dir', join(dirs, 'spool')], {});
+    if (action.kind !== 'run') throw new Error('parseCli did not give a configuration');
+    const app = await buildApp({ config: action.config, logger: createLogger('silent'), openApi: generatedOpenApi });
+    try {
+      await app.ready();
+      return generatedOpenApi.json(app);
+    } finally {
+      await app.close();
+    }
   } finally {
-    await app.close();
+    rmSync(dirs, { recursive: true, force: true });
   }
 }

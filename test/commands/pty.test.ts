@@ -116,10 +116,10 @@ describe('commands on a pty', () => {
     const marker = `pty-stream-${process.pid}`;
     fixture.markers.push(marker);
     const controller = new AbortController();
-    const response = await fixture.server.call('POST', '/commands/stream', { cmd: `sleep 1000 # ${marker}`, pty: PTY }, { signal: controller.signal });
+    const response = await fixture.server.call('POST', '/commands/stream', { cmd: `(exec -a ${marker}-child sleep 1000) & exec -a ${marker} sleep 1000`, pty: PTY }, { signal: controller.signal });
     const events = readEvents(response);
     expect((await events.next()).value!.event).toBe('start');
-    await waitFor(() => findProcesses(marker).length > 0, 5_000, 'the command to start');
+    await waitFor(() => findProcesses(marker).length >= 2, 5_000, 'the command and its child to start');
     controller.abort();
     await waitFor(() => findProcesses(marker).length === 0, 5_000, 'the command to be killed');
   });
