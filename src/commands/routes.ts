@@ -174,7 +174,8 @@ export const commandRoutes: FastifyPluginAsyncTypebox<CommandRoutesOptions> = as
       const pid = Number(request.params.pid);
       const proc = processes.get(pid);
       if (!proc) return { killed: false };
-      proc.kill();
+      // Forgetting a running command kills its tree (and its holder); a finished one may still have leftovers in its group.
+      if (!proc.running) proc.kill();
       await processes.forget(pid, proc);
       request.log.info({ pid }, 'killed on request');
       return { killed: true };
