@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import { closeSync, constants, fstatSync, ftruncateSync, openSync, readSync, writeSync } from 'node:fs';
-import { chmod, mkdir, readdir, rm } from 'node:fs/promises';
+import { chmod, mkdir, readdir, readFile, rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import { HttpError } from '../errors.js';
 
@@ -27,6 +27,8 @@ export class StateDir {
   private readonly freeSlots: number[] = [];
   private readonly usedSlots = new Set<number>();
   private closed = false;
+  /** Where usage() reads the table (64 KiB), once per /metrics call. */
+  private readonly usageTable = Buffer.allocUnsafeSlow(USAGE_SLOTS * SLOT_BYTES);
 
   private constructor(
     readonly root: string,
@@ -77,7 +79,7 @@ export class StateDir {
   /** Bytes of kept output in memory and in the spool, over all commands. */
   usage(): { memory: number; spool: number } {
     if (this.closed) return { memory: 0, spool: 0 };
-    const table = Buffer.alloc(USAGE_SLOTS * SLOT_BYTES);
+    const table = this.usageTable;
     readSync(this.usageFd, table, 0, table.length, 0);
     let memory = 0n;
     let spool = 0n;
@@ -103,13 +105,18 @@ export class StateDir {
     return (await readdir(this.commandsDir).catch(() => [])).filter((name) => /^[0-9a-f]{16}$/.test(name));
   }
 
-  /** Removes a command's record and every segment of its kept output, in both tiers. */
+  /**
+   * Removes a command's record and every segment of its kept output, in both
+   * tiers: the spool segments are the ones its holder listed (not a listing of
+   * the whole spool, which a storm of kills would repeat for every command).
+   */
   async removeCommand(id: string): Promise<void> {
-    await rm(this.commandDir(id), { recursive: true, force: true });
-    const prefix = `${id}.`;
-    for (const name of await readdir(this.spoolDir).catch(() => [] as string[])) {
-      if (name.startsWith(prefix)) await rm(join(this.spoolDir, name), { force: true });
+    const dir = this.commandDir(id);
+    const listed = await readFile(join(dir, 'segments'), 'utf8').catch(() => '');
+    for (const path of listed.split('\n')) {
+      if (path.startsWith(`${this.spoolDir}/${id}.`)) await rm(path, { force: true });
     }
+    await rm(dir, { recursive: true, force: true });
   }
 
   /** Removes spool files of commands nobody tracks any more (a crash between a command's end and its cleanup). */
