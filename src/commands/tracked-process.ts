@@ -126,11 +126,6 @@ export class TrackedProcess {
     return this.subscribers.size;
   }
 
-  /** Whether the holder (and with it the live channel) is still there. */
-  get holderAlive(): boolean {
-    return this.link !== undefined && !this.link.closed;
-  }
-
   /** For a command found finished at adoption: how it ended, from the holder's status file. */
   async completeFromStatus(): Promise<void> {
     await this.complete();
