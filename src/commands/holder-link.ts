@@ -14,8 +14,13 @@ import {
 /** The size of a link's read buffer: one holder message of output (64 KiB) and its header. */
 const READ_BUFFER_BYTES = 64 * 1024 + 64;
 
-/** How long envd waits for a holder's HELLO after connecting; a live holder answers at once. */
-export const HELLO_TIMEOUT_MS = 5_000;
+/**
+ * How long envd waits for a holder's HELLO after connecting. A live holder
+ * answers at once, but envd may not get to read it for a while: under a storm
+ * of output its event loop runs timers before it reads sockets, and a 5 s
+ * timeout once fired on holders that had long since answered.
+ */
+export const HELLO_TIMEOUT_MS = 30_000;
 
 /**
  * While held, envd decodes no further than one message of output: the rest stays

@@ -1,11 +1,13 @@
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Config } from '../config.js';
+import { HttpError } from '../errors.js';
 import { holderBinaryPath } from '../holder/binary.js';
 import type { Logger } from '../logger.js';
 import { HolderLink } from './holder-link.js';
 import { startHolder } from './holder-process.js';
-import { META_VERSION, monotonicMs, readHolderPids, readMeta, writeMeta, type CommandMeta } from './meta.js';
+import { META_VERSION, monotonicMs, readHolderPids, readHolderStatus, readMeta, writeMeta, type CommandMeta } from './meta.js';
+import { killProcessTree } from './kill-tree.js';
 import type { PreparedCommand } from './spawn.js';
 import { StateDir } from './state-dir.js';
 import { TrackedProcess } from './tracked-process.js';
@@ -143,11 +145,24 @@ export class ProcessRegistry {
     this.state.close();
   }
 
-  /** Connects to a command's holder and follows it; a holder that is gone leaves the command finished. */
+  /**
+   * Connects to a command's holder and follows it; a holder that is gone leaves the command finished.
+   * A holder that has just said `ready` is alive: failing to connect to it is an error, not an end.
+   */
   private async follow(id: string, dir: string, meta: CommandMeta, adopted: boolean): Promise<TrackedProcess> {
     const pids = await readHolderPids(dir);
     if (!pids) throw new Error(`no pid file in ${dir}`);
-    const connected = await HolderLink.connect(join(dir, 'sock')).catch(() => undefined);
+    const connected = await HolderLink.connect(join(dir, 'sock')).catch(async (error: unknown) => {
+      if (adopted || (await readHolderStatus(dir))) return undefined;
+      // Started, but not reachable: end it rather than track a command nobody can follow or kill.
+      killProcessTree(pids.shellPid, { leaderReaped: false });
+      try {
+        process.kill(pids.holderPid, 'SIGKILL');
+      } catch {
+        // already gone
+      }
+      throw new HttpError(503, 'the command started but its holder did not answer; retry shortly', { cause: error });
+    });
     const proc = new TrackedProcess({
       id,
       dir,
