@@ -6,7 +6,7 @@
 import { build } from 'esbuild';
 import { execFileSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { chmodSync, copyFileSync, existsSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, copyFileSync, existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 
 const major = Number(process.versions.node.split('.')[0]);
@@ -183,7 +183,7 @@ function buildSingleExecutable() {
 }
 
 /**
- * Compiles the holder: one C11 file, libc only, linked statically so it runs
+ * Compiles the holder: one C11 file (and the headers beside it), libc only, linked statically so it runs
  * in any guest whatever its libc, starts in a millisecond (no dynamic loader),
  * and ignores the LD_PRELOAD a command's environment (which it runs in) may set. Skipped when neither the source nor the flags changed. Returns the
  * sha256 of the binary, an input of the single executable.
@@ -194,7 +194,8 @@ function buildHolder() {
   const stampFile = 'dist/envd-holder.inputs';
   // -s: symbols would only cost guest image and state-dir (tmpfs) space.
   const flags = ['-std=c11', '-O2', '-Wall', '-Wextra', '-Werror', '-s'];
-  const inputs = createHash('sha256').update(readFileSync(source)).update(JSON.stringify(flags)).digest('hex');
+  const headers = readdirSync('src/holder').filter((name) => name.endsWith('.h')).sort().map((name) => readFileSync(`src/holder/${name}`));
+  const inputs = createHash('sha256').update(readFileSync(source)).update(Buffer.concat(headers)).update(JSON.stringify(flags)).digest('hex');
   if (!(existsSync(output) && existsSync(stampFile) && readFileSync(stampFile, 'utf8') === inputs)) {
     const partial = `${output}.partial`;
     rmSync(partial, { force: true });

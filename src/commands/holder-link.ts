@@ -2,6 +2,7 @@ import { createConnection, type Socket } from 'node:net';
 import {
   MAX_MESSAGE_PAYLOAD,
   MessageDecoder,
+  TEXT_SINCE_VERSION,
   encodeLiveOff,
   encodeLiveOn,
   encodeResize,
@@ -50,6 +51,8 @@ export class HolderLink {
   private nextId = 1;
   private readonly acks = new Map<number, (status: AckStatus | 'closed') => void>();
   private closedFlag = false;
+  /** The holder's protocol version, from its HELLO. */
+  private version = 1;
   private readsPaused = false;
 
   private onHello: ((hello: Hello) => void) | undefined;
@@ -98,6 +101,7 @@ export class HolderLink {
       socket.once('error', fail);
       link.onHello = (hello) => {
         clearTimeout(timer);
+        link.version = hello.version;
         socket.off('error', fail);
         link.wire();
         resolve({ link, hello });
@@ -120,8 +124,9 @@ export class HolderLink {
     this.deliver();
   }
 
+  /** LIVE on: output as TEXT when the holder speaks it (protocol 2 on; an older one re-adopted after an upgrade sends DATA). */
   liveOn(): void {
-    this.write(encodeLiveOn());
+    this.write(encodeLiveOn(this.version >= TEXT_SINCE_VERSION));
   }
 
   liveOff(): void {
@@ -185,7 +190,7 @@ export class HolderLink {
       for (;;) {
         if (!this.held && this.queue.length > 0) {
           const message = this.queue.shift()!;
-          if (message.type === 'data') this.queuedBytes -= message.bytes.length;
+          this.queuedBytes -= outputBytes(message);
           this.onMessage(message);
           continue;
         }
@@ -199,7 +204,7 @@ export class HolderLink {
           // Not ordered with output: kills must learn at once that the pid may be reused.
           this.onMessage(message);
         } else if (message.type !== 'hello') {
-          if (message.type === 'data') this.queuedBytes += message.bytes.length;
+          this.queuedBytes += outputBytes(message);
           this.queue.push(message);
         }
       }
@@ -224,4 +229,11 @@ export class HolderLink {
     this.readsPaused = false;
     this.socket.resume();
   }
+}
+
+/** The output a message carries (DATA or TEXT), for the held link's bound. */
+function outputBytes(message: Ordered): number {
+  if (message.type === 'data') return message.bytes.length;
+  if (message.type === 'text') return message.json.length;
+  return 0;
 }

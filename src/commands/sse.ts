@@ -10,6 +10,13 @@ import type { OutputSubscriber, TrackedProcess } from './tracked-process.js';
 /** A comment line goes out this often, so proxies do not close a quiet stream. */
 export const KEEP_ALIVE_MS = 15_000;
 
+/** What goes around a holder's TEXT (already the inside of a JSON string) to make an output event. */
+const TEXT_PREFIX = {
+  stdout: Buffer.from('event: stdout\ndata: {"stream":"stdout","data":"'),
+  stderr: Buffer.from('event: stderr\ndata: {"stream":"stderr","data":"'),
+};
+const TEXT_SUFFIX = Buffer.from('"}\n\n');
+
 /**
  * Streams a process to one client as server-sent events: `start`, the output
  * kept so far, live output, then `exit`, after which the response ends.
@@ -63,6 +70,8 @@ export async function streamProcess(request: FastifyRequest, reply: FastifyReply
  */
 class SseSubscriber implements OutputSubscriber {
   private readonly decoders = { stdout: new StringDecoder('utf8'), stderr: new StringDecoder('utf8') };
+  /** Per stream: the holder decodes from here on (its first TEXT has arrived), not `decoders`. */
+  private readonly decodedByHolder = { stdout: false, stderr: false };
   private wakeReplay: (() => void) | undefined;
 
   constructor(
@@ -89,6 +98,22 @@ class SseSubscriber implements OutputSubscriber {
   push(stream: StreamName, bytes: Buffer): void {
     const text = this.decoders[stream].write(bytes);
     if (text !== '') this.writeOutput(stream, text);
+  }
+
+  pushText(stream: StreamName, json: Buffer): void {
+    if (!this.decodedByHolder[stream]) {
+      // A character the replay left incomplete is the holder's to finish (or replace) now: drop our part of it.
+      this.decodedByHolder[stream] = true;
+      this.decoders[stream] = new StringDecoder('utf8');
+    }
+    if (json.length === 0) return;
+    // One buffer per event, one write; `json` points into the link's read buffer and is copied here.
+    const prefix = TEXT_PREFIX[stream];
+    const event = Buffer.allocUnsafe(prefix.length + json.length + TEXT_SUFFIX.length);
+    prefix.copy(event, 0);
+    json.copy(event, prefix.length);
+    TEXT_SUFFIX.copy(event, prefix.length + json.length);
+    this.res.write(event);
   }
 
   finish(exit: ExitInfo): void {

@@ -26,6 +26,13 @@ export interface OutputSubscriber {
   catchUp(log: KeptLog, end: () => number): void;
   /** Live output, including output past the cap that the log no longer keeps. */
   push(stream: StreamName, bytes: Buffer): void;
+  /**
+   * Live output as the holder decoded and escaped it (the inside of a JSON
+   * string), valid only during the call. Its decoder carries on from where
+   * the replay stopped: a character the replay left incomplete is completed
+   * (or replaced) here.
+   */
+  pushText(stream: StreamName, json: Buffer): void;
   /** The last call: the command has ended and its output is complete. */
   finish(exit: ExitInfo): void;
   /** True while it holds output it could not yet write; the command is paused meanwhile. */
@@ -293,6 +300,12 @@ export class TrackedProcess {
         this.logEnd = message.logEnd;
         if (this.live !== 'on') return;
         for (const [subscriber, state] of this.subscribers) if (state === 'live') subscriber.push(message.stream, message.bytes);
+        this.updateFlow();
+        return;
+      case 'text':
+        this.logEnd = message.logEnd;
+        if (this.live !== 'on') return;
+        for (const [subscriber, state] of this.subscribers) if (state === 'live') subscriber.pushText(message.stream, message.json);
         this.updateFlow();
         return;
       case 'exit':

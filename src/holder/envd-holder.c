@@ -37,16 +37,23 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "json-text.h"
+
 /* The usage file and the wire are little endian; the holder stores native u64s into the usage file. */
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "envd-holder assumes a little-endian machine");
 
-#define PROTOCOL_VERSION 1
+#define PROTOCOL_VERSION 2
 #define CHUNK 65536                      /* one read(2) from the command */
 #define MAX_IN_PAYLOAD 65536             /* largest payload envd may send */
 #define LIVE_HIGH (256 * 1024)           /* unsent bytes above which output is no longer read (LIVE on) */
 #define DATA_HEADER 14                   /* type, length, stream, logEnd */
-/* The ring holds LIVE_HIGH plus one DATA (read only while at or below LIVE_HIGH) plus small replies. */
-#define RING_CAP (LIVE_HIGH + DATA_HEADER + CHUNK + 4096)
+#define TEXT_MAX 65536                   /* largest TEXT payload after its stream and logEnd: envd reads 64 KiB at a time */
+/*
+ * The ring holds LIVE_HIGH plus what one read becomes (read only while at or
+ * below LIVE_HIGH) plus small replies: one DATA, or as TEXT up to 6 bytes per
+ * byte read (control characters as \u00xx) in messages of TEXT_MAX.
+ */
+#define RING_CAP (LIVE_HIGH + JSON_TEXT_MAX_GROWTH * CHUNK + 8 * DATA_HEADER + 4096)
 #define GRACE_MS 200                     /* how long output may stay open once the shell is reaped */
 #define ACCEPT_PAUSE_MS 100              /* back-off after accept fails for lack of fds or memory */
 #define USAGE_SLOTS 4096
@@ -55,7 +62,8 @@ _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "envd-holder assumes a
 #define STREAM_STDERR 2
 
 enum { MSG_LIVE_ON = 0x01, MSG_LIVE_OFF = 0x02, MSG_STDIN = 0x03, MSG_STDIN_EOF = 0x04, MSG_RESIZE = 0x05 };
-enum { MSG_HELLO = 0x80, MSG_SYNC = 0x81, MSG_DATA = 0x82, MSG_ACK = 0x83, MSG_REAPED = 0x84, MSG_EXIT = 0x85 };
+enum { MSG_HELLO = 0x80, MSG_SYNC = 0x81, MSG_DATA = 0x82, MSG_ACK = 0x83, MSG_REAPED = 0x84, MSG_EXIT = 0x85, MSG_TEXT = 0x86 };
+enum { LIVE_FLAG_TEXT = 0x01 };
 enum { ACK_OK = 0, ACK_NO_STDIN = 1, ACK_STDIN_CLOSED = 2, ACK_NOT_PTY = 3 };
 enum { TIER_MEMORY = 0, TIER_SPOOL = 1 };
 
@@ -97,7 +105,12 @@ static uint64_t segments_len;
 static int status_fd = -1; /* status.tmp, its space taken at start */
 
 /* ---- live client ---- */
-static int client_fd = -1, live;
+static int client_fd = -1, live, live_text;
+/* For TEXT: each stream's decoder, and its last bytes to seed the decoder when LIVE goes on. */
+static struct utf8_state text_state[3];
+static unsigned char tail[3][3];
+static size_t tail_len[3];
+static unsigned char tbuf[9 + TEXT_MAX];
 static unsigned char ring[RING_CAP];
 static size_t ring_head, ring_len;
 static unsigned char inbuf[5 + MAX_IN_PAYLOAD]; /* one whole message always fits after compaction */
@@ -293,13 +306,13 @@ static int open_segment(int which) {
   return 0;
 }
 
-/* Appends one frame (rbuf, header filled) with one write; on any failure the segment is cut back to its last whole frame. */
-static int append_frame(int which, size_t frame_len) {
+/* Appends one frame (header filled) with one write; on any failure the segment is cut back to its last whole frame. */
+static int append_frame(int which, const unsigned char *frame, size_t frame_len) {
   if (seg_fd < 0 || seg_tier != which) {
     if (open_segment(which) < 0) return -1;
   }
   ssize_t w;
-  do w = pwrite(seg_fd, rbuf, frame_len, (off_t)seg_len); while (w < 0 && errno == EINTR);
+  do w = pwrite(seg_fd, frame, frame_len, (off_t)seg_len); while (w < 0 && errno == EINTR);
   if (w != (ssize_t)frame_len) {
     if (w > 0 && ftruncate(seg_fd, (off_t)seg_len) < 0) {
       /* Cannot happen on tmpfs or a local fs, but a torn frame must never be followed by more: give the segment up. */
@@ -315,10 +328,14 @@ static int append_frame(int which, size_t frame_len) {
   return 0;
 }
 
-/* Keeps what it may of a chunk in rbuf+5: per-stream cap, then the memory tier, the spool, or nothing. */
-static void keep_chunk(int stream, size_t n) {
+/*
+ * Keeps what it may of a chunk (at `data`, with 5 writable bytes in front of
+ * it for the frame header): per-stream cap, then the memory tier, the spool,
+ * or nothing.
+ */
+static void keep_chunk(int stream, unsigned char *data, size_t n) {
   if (truncated[stream]) return; /* a truncated stream keeps nothing more: what is kept stays a prefix */
-  const unsigned char *data = rbuf + 5;
+  unsigned char *frame = data - 5;
   size_t keep = n;
   if (kept[stream] + n > opt_cap) {
     keep = (size_t)(opt_cap - kept[stream]);
@@ -328,17 +345,17 @@ static void keep_chunk(int stream, size_t n) {
   }
   if (keep == 0) return;
   size_t frame_len = 5 + keep;
-  rbuf[0] = (unsigned char)stream;
-  put_u32(rbuf + 1, (uint32_t)keep);
+  frame[0] = (unsigned char)stream;
+  put_u32(frame + 1, (uint32_t)keep);
   if (tier == TIER_MEMORY) {
-    if (sum_slots(TIER_MEMORY) + frame_len <= opt_memory_budget && append_frame(TIER_MEMORY, frame_len) == 0) {
+    if (sum_slots(TIER_MEMORY) + frame_len <= opt_memory_budget && append_frame(TIER_MEMORY, frame, frame_len) == 0) {
       kept[stream] += keep;
       return;
     }
     /* Over the memory budget, or the memory tier's fs is full: this frame tries the spool, and so do all later ones. */
     tier = TIER_SPOOL;
   }
-  if (sum_slots(TIER_SPOOL) + frame_len <= opt_spool_budget && append_frame(TIER_SPOOL, frame_len) == 0) {
+  if (sum_slots(TIER_SPOOL) + frame_len <= opt_spool_budget && append_frame(TIER_SPOOL, frame, frame_len) == 0) {
     kept[stream] += keep;
     return;
   }
@@ -351,7 +368,7 @@ static void close_client(void) {
   if (client_fd < 0) return;
   close(client_fd);
   client_fd = -1;
-  live = 0;
+  live = live_text = 0;
   ring_head = ring_len = 0; /* its unsent bytes go with it */
   in_start = in_len = 0;
   pend_active = 0; /* the rest of a half-written STDIN is dropped: nobody is left to ACK it */
@@ -457,8 +474,12 @@ static int handle_message(int type, const unsigned char *p, uint32_t len) {
   static const unsigned char veof = 0x04; /* ^D, the default VEOF */
   switch (type) {
   case MSG_LIVE_ON: {
-    if (len != 0) return -1;
+    /* No payload (protocol 1), or one byte of flags: TEXT instead of DATA. */
+    if (len > 1 || (len == 1 && (p[0] & ~LIVE_FLAG_TEXT))) return -1;
     live = 1;
+    live_text = len == 1 && (p[0] & LIVE_FLAG_TEXT);
+    if (live_text)
+      for (int st = STREAM_STDOUT; st <= STREAM_STDERR; st++) utf8_seed(&text_state[st], tail[st], tail_len[st]);
     unsigned char s[8];
     put_u64(s, log_end());
     queue(MSG_SYNC, s, sizeof s, NULL, 0);
@@ -548,17 +569,65 @@ static void accept_client(uint64_t *accept_resume) {
 
 /* ---- the command ---- */
 
+/* The last 3 bytes of a stream: enough to tell a character still incomplete at its end. */
+static void remember_tail(int stream, const unsigned char *data, size_t n) {
+  unsigned char *t = tail[stream];
+  for (size_t i = n > 3 ? n - 3 : 0; i < n; i++) {
+    if (tail_len[stream] == 3) {
+      t[0] = t[1];
+      t[1] = t[2];
+      tail_len[stream] = 2;
+    }
+    t[tail_len[stream]++] = data[i];
+  }
+}
+
+static void queue_text(int stream, size_t len) {
+  tbuf[0] = (unsigned char)stream;
+  put_u64(tbuf + 1, log_end());
+  queue(MSG_TEXT, tbuf, 9 + len, NULL, 0);
+}
+
+/*
+ * A chunk for a LIVE TEXT client: decoded and escaped in pieces of at most
+ * TEXT_MAX, each piece kept as its own frame before its TEXT goes out, so
+ * every TEXT's logEnd is a frame boundary a replay can stop at.
+ */
+static void keep_and_send_text(int stream, size_t n) {
+  unsigned char *data = rbuf + 5;
+  size_t at = 0;
+  while (at < n) {
+    size_t used;
+    size_t len = json_text(&text_state[stream], data + at, n - at, tbuf + 9, TEXT_MAX, &used);
+    /* The header goes into the 5 bytes in front of the piece: bytes already escaped, or rbuf's own. */
+    keep_chunk(stream, data + at, used);
+    queue_text(stream, len);
+    at += used;
+  }
+}
+
 static void read_source(struct source *s) {
-  ssize_t n = read(s->fd, rbuf + 5, CHUNK);
+  /* For TEXT, 1/16 less: typical text (a few escaped newlines and quotes) then still goes out as one message. */
+  ssize_t n = read(s->fd, rbuf + 5, live_text ? CHUNK - CHUNK / 16 : CHUNK);
   if (n < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) return;
   if (n <= 0) {
+    /* A character left incomplete by the end of the stream is one U+FFFD, as a decoder's end() gives. */
+    if (client_fd >= 0 && live_text && text_state[s->stream].needed) {
+      utf8_reset(&text_state[s->stream]);
+      queue_text(s->stream, put_replacement(tbuf + 9));
+    }
     /* EOF; EIO is how a pty master says no process holds the slave any more. */
     s->eof = 1;
     if (s->fd != pty_fd) close(s->fd);
     s->fd = -1;
     return;
   }
-  keep_chunk(s->stream, (size_t)n);
+  remember_tail(s->stream, rbuf + 5, (size_t)n);
+  if (client_fd >= 0 && live_text) {
+    keep_and_send_text(s->stream, (size_t)n);
+    return;
+  }
+  keep_chunk(s->stream, rbuf + 5, (size_t)n);
   if (client_fd >= 0 && live) {
     unsigned char h[9];
     h[0] = (unsigned char)s->stream;

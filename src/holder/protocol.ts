@@ -5,7 +5,9 @@
 // most one message's bytes beyond what the caller has not yet taken, so a
 // caller that stops calling next() stops their growth too (with its socket paused).
 
-export const PROTOCOL_VERSION = 1;
+export const PROTOCOL_VERSION = 2;
+/** The first version whose holders take LIVE_ON's flags and send TEXT. */
+export const TEXT_SINCE_VERSION = 2;
 export const MAX_MESSAGE_PAYLOAD = 65536; // envd -> holder
 
 export type StreamName = 'stdout' | 'stderr';
@@ -18,6 +20,8 @@ export type HolderMessage =
   | { type: 'hello'; version: number; shellPid: number; reaped: boolean; exitCode: number; signal: number; truncated: Truncation; logEnd: number }
   | { type: 'sync'; logEnd: number }
   | { type: 'data'; stream: StreamName; logEnd: number; bytes: Buffer }
+  /** Output decoded as UTF-8 and escaped as the inside of a JSON string (protocol 2, LIVE_ON with the text flag). */
+  | { type: 'text'; stream: StreamName; logEnd: number; json: Buffer }
   | { type: 'ack'; id: number; status: AckStatus }
   | { type: 'reaped'; exitCode: number; signal: number }
   | { type: 'exit'; exitCode: number; signal: number; truncated: Truncation; logEnd: number };
@@ -36,6 +40,9 @@ const DATA = 0x82;
 const ACK = 0x83;
 const REAPED = 0x84;
 const EXIT = 0x85;
+const TEXT = 0x86;
+
+const LIVE_FLAG_TEXT = 0x01;
 
 /**
  * The holder's messages are small except DATA (one 64 KiB read plus its header);
@@ -63,8 +70,9 @@ function checkU16(name: string, value: number): void {
   if (!Number.isInteger(value) || value < 0 || value > 0xffff) throw new RangeError(`${name} must be a u16, got ${value}`);
 }
 
-export function encodeLiveOn(): Buffer {
-  return encode(LIVE_ON);
+/** `text`: ask for TEXT instead of DATA (holders of protocol 2 and later only; older ones close on a payload). */
+export function encodeLiveOn(text = false): Buffer {
+  return text ? encode(LIVE_ON, Buffer.of(LIVE_FLAG_TEXT)) : encode(LIVE_ON);
 }
 
 export function encodeLiveOff(): Buffer {
@@ -208,6 +216,9 @@ function decodeMessage(type: number, payload: Buffer): HolderMessage {
     case DATA:
       if (payload.length < 9) throw new Error(`holder message DATA: payload of ${payload.length} bytes is shorter than its header`);
       return { type: 'data', stream: streamName(payload[0]!, 'holder message DATA'), logEnd: readU64(payload, 1), bytes: payload.subarray(9) };
+    case TEXT:
+      if (payload.length < 9) throw new Error(`holder message TEXT: payload of ${payload.length} bytes is shorter than its header`);
+      return { type: 'text', stream: streamName(payload[0]!, 'holder message TEXT'), logEnd: readU64(payload, 1), json: payload.subarray(9) };
     case ACK: {
       expectLength('ACK', payload, 5);
       const status = payload[4]!;

@@ -53,7 +53,7 @@ describe('envd-holder live channel', () => {
     const client = await holder.connect();
     expect(await hello(client)).toEqual({
       type: 'hello',
-      version: 1,
+      version: 2,
       shellPid: holder.shellPid,
       reaped: false,
       exitCode: -1,
@@ -166,7 +166,7 @@ describe('envd-holder live channel', () => {
     const second = await holder.connect();
     expect(await hello(second)).toEqual({
       type: 'hello',
-      version: 1,
+      version: 2,
       shellPid: holder.shellPid,
       reaped: true,
       exitCode: 4,
@@ -251,7 +251,8 @@ describe('envd-holder live channel', () => {
     const bad = [
       Buffer.from([0x7f, 0, 0, 0, 0]),
       Buffer.from([0x03, 0x01, 0x00, 0x01, 0x00]), // STDIN of 65537 bytes
-      Buffer.from([0x01, 1, 0, 0, 0, 0]), // LIVE_ON with a payload
+      Buffer.from([0x01, 1, 0, 0, 0, 0x02]), // LIVE_ON with an unknown flag
+      Buffer.from([0x01, 2, 0, 0, 0, 1, 0]), // LIVE_ON with a payload longer than its flags
       Buffer.from([0x05, 4, 0, 0, 0, 1, 0, 0, 0]), // RESIZE without its size
     ];
     for (const message of bad) {

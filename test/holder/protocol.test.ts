@@ -39,11 +39,12 @@ const u32 = (n: number) => {
 // One of each holder message, as the holder lays them out.
 const wire: [Buffer, HolderMessage][] = [
   [
-    message(0x80, [1, 0, ...u32(4242), 1, ...i32(-1), ...i32(9), 1, 0, ...u64(2 ** 40 + 3)]),
-    { type: 'hello', version: 1, shellPid: 4242, reaped: true, exitCode: -1, signal: 9, truncated: { stdout: true, stderr: false }, logEnd: 2 ** 40 + 3 },
+    message(0x80, [2, 0, ...u32(4242), 1, ...i32(-1), ...i32(9), 1, 0, ...u64(2 ** 40 + 3)]),
+    { type: 'hello', version: 2, shellPid: 4242, reaped: true, exitCode: -1, signal: 9, truncated: { stdout: true, stderr: false }, logEnd: 2 ** 40 + 3 },
   ],
   [message(0x81, u64(12)), { type: 'sync', logEnd: 12 }],
   [message(0x82, [2, ...u64(99), 0x68, 0x69]), { type: 'data', stream: 'stderr', logEnd: 99, bytes: Buffer.from('hi') }],
+  [message(0x86, [1, ...u64(100), 0x5c, 0x6e]), { type: 'text', stream: 'stdout', logEnd: 100, json: Buffer.from('\\n') }],
   [message(0x83, [...u32(7), 2]), { type: 'ack', id: 7, status: 2 }],
   [message(0x84, [...i32(3), ...i32(0)]), { type: 'reaped', exitCode: 3, signal: 0 }],
   [message(0x85, [...i32(-1), ...i32(15), 0, 1, ...u64(5)]), { type: 'exit', exitCode: -1, signal: 15, truncated: { stdout: false, stderr: true }, logEnd: 5 }],
@@ -51,8 +52,9 @@ const wire: [Buffer, HolderMessage][] = [
 
 describe('holder protocol', () => {
   it('encodes envd\'s messages as type, u32 LE length, payload', () => {
-    expect(PROTOCOL_VERSION).toBe(1);
+    expect(PROTOCOL_VERSION).toBe(2);
     expect([...encodeLiveOn()]).toEqual([1, 0, 0, 0, 0]);
+    expect([...encodeLiveOn(true)]).toEqual([1, 1, 0, 0, 0, 1]);
     expect([...encodeLiveOff()]).toEqual([2, 0, 0, 0, 0]);
     expect([...encodeStdin(0x01020304, Buffer.from('ab'))]).toEqual([3, 6, 0, 0, 0, 4, 3, 2, 1, 0x61, 0x62]);
     expect([...encodeStdinEof(5)]).toEqual([4, 4, 0, 0, 0, 5, 0, 0, 0]);
