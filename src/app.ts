@@ -103,7 +103,7 @@ export async function buildApp({ config, logger, state = new SandboxState(config
 
   await app.register(lifecycleRoutes, { config, state, processes, setClock, openApi });
   await app.register(commandRoutes, { prefix: '/commands', config, state, processes });
-  await app.register(fileRoutes, { prefix: '/files', config, state });
+  await app.register(fileRoutes, { prefix: '/files', config, state, receiver: processes.holderPath });
 
   return Object.assign(app, { envd: { state, processes } }) as unknown as App;
 }

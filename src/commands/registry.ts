@@ -35,7 +35,8 @@ export class ProcessRegistry {
     readonly config: Config,
     readonly log: Logger,
     private readonly state: StateDir,
-    private readonly holderPath: string,
+    /** The envd-holder binary: it runs every command, and receives large uploads (src/files/upload-splice.ts). */
+    readonly holderPath: string,
     private readonly limits: { maxFinishedBackground: number },
   ) {}
 

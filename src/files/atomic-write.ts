@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import { chmod, chown, lstat, mkdir, open, rename, rm, stat } from 'node:fs/promises';
+import { chmod, chown, lstat, mkdir, open, rename, rm, stat, type FileHandle } from 'node:fs/promises';
 import { basename, dirname, join } from 'node:path';
 import type { Readable, Transform } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
@@ -69,12 +69,7 @@ export type ByteSource = Uint8Array | AsyncIterable<Uint8Array> | Readable;
  * removed and the error rethrown: nothing is left behind.
  */
 export async function writeTemp(target: string, source: ByteSource, owner: Owner | undefined, mode: number, through?: Transform): Promise<{ temp: string; size: number }> {
-  const temp = tempPathFor(target);
-  // 'wx': never reuse or follow anything already at the temp name.
-  const handle = await open(temp, 'wx', mode).catch((error) => {
-    throw errnoToHttpError(error, target);
-  });
-  try {
+  return fillTemp(target, owner, mode, async (handle) => {
     if (source instanceof Uint8Array) {
       try {
         await handle.writeFile(source);
@@ -88,6 +83,22 @@ export async function writeTemp(target: string, source: ByteSource, owner: Owner
       const file = handle.createWriteStream({ flush: true, highWaterMark: STREAM_CHUNK_BYTES });
       await (through ? pipeline(source, through, file) : pipeline(source, file));
     }
+  });
+}
+
+/**
+ * A fresh temporary file beside the target, filled by `fill` (which writes it
+ * flushed to disk and closes the handle), given its mode and owner. On any
+ * failure it is removed and the error rethrown as an HTTP error.
+ */
+export async function fillTemp(target: string, owner: Owner | undefined, mode: number, fill: (handle: FileHandle) => Promise<void>): Promise<{ temp: string; size: number }> {
+  const temp = tempPathFor(target);
+  // 'wx': never reuse or follow anything already at the temp name.
+  const handle = await open(temp, 'wx', mode).catch((error) => {
+    throw errnoToHttpError(error, target);
+  });
+  try {
+    await fill(handle);
     // open()'s mode went through the umask; say exactly what we mean.
     await chmod(temp, mode);
     if (owner) await chown(temp, owner.uid, owner.gid);
@@ -101,8 +112,13 @@ export async function writeTemp(target: string, source: ByteSource, owner: Owner
 
 /** The whole atomic write: the target shows the old bytes or the new ones, never a mix. */
 export async function writeAtomically(target: string, source: ByteSource, owner: Owner | undefined, through?: Transform): Promise<{ path: string; size: number }> {
+  return fillAtomically(target, owner, (mode) => writeTemp(target, source, owner, mode, through));
+}
+
+/** The atomic write around any way of filling the temporary file (`writeTemp`, `fillTemp`). */
+export async function fillAtomically(target: string, owner: Owner | undefined, writeTempFile: (mode: number) => Promise<{ temp: string; size: number }>): Promise<{ path: string; size: number }> {
   const mode = await prepareTarget(target, owner);
-  const { temp, size } = await writeTemp(target, source, owner, mode, through);
+  const { temp, size } = await writeTempFile(mode);
   try {
     await rename(temp, target);
   } catch (error) {

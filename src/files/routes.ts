@@ -22,9 +22,11 @@ import { armWatch, streamWatch } from './watch/stream.js';
 export interface FileRoutesOptions {
   config: Config;
   state: SandboxState;
+  /** The envd-holder binary, whose --receive mode takes large uploads' bodies (upload-splice.ts). */
+  receiver: string;
 }
 
-export const fileRoutes: FastifyPluginAsyncTypebox<FileRoutesOptions> = async (app, { state }) => {
+export const fileRoutes: FastifyPluginAsyncTypebox<FileRoutesOptions> = async (app, { state, receiver }) => {
   // Raw uploads reach the handler as the unread request stream; only this plugin sees this parser.
   app.addContentTypeParser('application/octet-stream', (_request, payload, done) => done(null, payload));
   // Every watch of this app shares one watch per directory.
@@ -44,10 +46,13 @@ export const fileRoutes: FastifyPluginAsyncTypebox<FileRoutesOptions> = async (a
       // without writing anything; the app's lingering close then drops the body.
       onRequest: async (request) => checkUploadHeaders(request.headers),
     },
-    async (request) => {
+    async (request, reply) => {
       const path = checkPath(request.query.path, 'path');
       const owner = await resolveOwner(state, request.query.username);
-      return receiveUpload(request.raw, path, owner);
+      const { spliced, ...written } = await receiveUpload(request.raw, path, owner, receiver);
+      // Node's parser still waits for the spliced body: this connection can take no further request.
+      if (spliced) reply.header('connection', 'close');
+      return written;
     },
   );
 

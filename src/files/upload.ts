@@ -1,7 +1,8 @@
 import type { IncomingHttpHeaders, IncomingMessage } from 'node:http';
 import { Transform } from 'node:stream';
 import { HttpError, badRequest } from '../errors.js';
-import { writeAtomically } from './atomic-write.js';
+import { fillAtomically, fillTemp, writeAtomically } from './atomic-write.js';
+import { spliceBody, spliceableLength } from './upload-splice.js';
 import type { Owner } from './paths.js';
 
 /** Raw uploads above this are refused with 413 and nothing is written. */
@@ -40,10 +41,21 @@ export function limitBytes(limit: number): Transform {
  * when the write fails (413, 507) the request is left open, so the error
  * can still be answered; the rest of the body is then drained by Node and the
  * connection closed (the caller sets `connection: close`).
+ *
+ * Large bodies with a Content-Length are spliced by `receiver` instead
+ * (upload-splice.ts); then `spliced` is true and the caller must close the
+ * connection after its answer: Node's parser never saw the body's end.
  */
-export async function receiveUpload(request: IncomingMessage, target: string, owner: Owner | undefined): Promise<{ path: string; size: number }> {
+export async function receiveUpload(request: IncomingMessage, target: string, owner: Owner | undefined, receiver?: string): Promise<{ path: string; size: number; spliced: boolean }> {
+  const spliceable = receiver === undefined ? undefined : spliceableLength(request);
   try {
-    return await writeAtomically(target, request.iterator({ destroyOnReturn: false }), owner, limitBytes(UPLOAD_LIMIT));
+    if (spliceable !== undefined) {
+      // A large body with a Content-Length (checked against the limit before the body was read): the kernel moves it.
+      const written = await fillAtomically(target, owner, (mode) => fillTemp(target, owner, mode, (handle) => spliceBody(request, handle, spliceable, receiver!)));
+      return { ...written, spliced: true };
+    }
+    const written = await writeAtomically(target, request.iterator({ destroyOnReturn: false }), owner, limitBytes(UPLOAD_LIMIT));
+    return { ...written, spliced: false };
   } catch (error) {
     // The client went away mid-body: nobody reads this answer, and it is not envd's fault (no 500 in the logs).
     if (request.destroyed && !request.complete) throw new HttpError(400, 'upload aborted by the client', { cause: error });

@@ -38,6 +38,7 @@
 #include <unistd.h>
 
 #include "json-text.h"
+#include "receive.h"
 
 /* The usage file and the wire are little endian; the holder stores native u64s into the usage file. */
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "envd-holder assumes a little-endian machine");
@@ -884,6 +885,8 @@ static void finish(void) {
 }
 
 int main(int argc, char **argv) {
+  /* A second job for the same binary: the body of a large upload (receive.h). */
+  if (argc > 1 && strcmp(argv[1], "--receive") == 0) return receive_main(argc, argv);
   parse_args(argc, argv);
   start();
 

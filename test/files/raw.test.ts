@@ -6,6 +6,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { isTempName } from '../../src/files/atomic-write.js';
 import { UPLOAD_LIMIT } from '../../src/files/upload.js';
+import { SPLICE_MIN_BYTES } from '../../src/files/upload-splice.js';
 import { isRoot, putRaw, sh, zeros } from '../helpers/files.js';
 import { countFds, waitFor } from '../helpers/proc.js';
 import { useScratchServer } from '../helpers/scratch-server.js';
@@ -137,6 +138,82 @@ describe('PUT /files/raw and GET /files/raw', () => {
     await waitFor(() => temps(scratch.dir).length === 0, 5_000, 'the temp file to be removed');
     expect(readFileSync(target, 'utf8')).toBe('old');
     await waitFor(() => countFds() <= fdsBefore, 5_000, 'fds back to where they were');
+  });
+
+  describe('bodies of SPLICE_MIN_BYTES and more, moved by the receiver (splice)', () => {
+    /** Pids of envd-holder --receive processes still alive. */
+    const receivers = () =>
+      readdirSync('/proc').filter((entry) => {
+        try {
+          return /^\d+$/.test(entry) && readFileSync(`/proc/${entry}/cmdline`, 'utf8').split('\0').includes('--receive');
+        } catch {
+          return false;
+        }
+      });
+
+    /** PUT with node:http, writing the body in `pieces` with `pauseMs` between them; resolves with status, headers and body. */
+    function put(target: string, body: Buffer, pieces = 1, pauseMs = 0): Promise<{ status: number; connection: string | undefined; body: string }> {
+      return new Promise((resolve, reject) => {
+        const req = request(`${scratch.server.url}/files/raw?${q(target)}`, {
+          method: 'PUT',
+          headers: { authorization: `Bearer ${scratch.server.token}`, 'content-type': 'application/octet-stream', 'content-length': String(body.length) },
+        });
+        req.on('error', reject);
+        req.on('response', (res) => {
+          let text = '';
+          res.setEncoding('utf8').on('data', (chunk: string) => (text += chunk));
+          res.on('end', () => resolve({ status: res.statusCode!, connection: res.headers.connection, body: text }));
+        });
+        const size = Math.ceil(body.length / pieces);
+        void (async () => {
+          for (let at = 0; at < body.length; at += size) {
+            req.write(body.subarray(at, at + size));
+            if (pauseMs) await new Promise((r) => setTimeout(r, pauseMs));
+          }
+          req.end();
+        })();
+      });
+    }
+
+    it('writes exact bytes at the edge and above it, and closes the connection after a spliced body', async () => {
+      for (const [size, connection] of [[SPLICE_MIN_BYTES - 1, 'keep-alive'], [SPLICE_MIN_BYTES, 'close'], [5 * 1024 * 1024 + 3, 'close']] as const) {
+        const bytes = randomBytes(size);
+        const target = join(scratch.dir, `edge-${size}.bin`);
+        const result = await put(target, bytes);
+        expect(result.status, String(size)).toBe(200);
+        expect(JSON.parse(result.body)).toEqual({ path: target, size });
+        expect(result.connection, String(size)).toBe(connection);
+        expect(sha256(readFileSync(target))).toBe(sha256(bytes));
+      }
+      expect(temps(scratch.dir)).toEqual([]);
+      await waitFor(() => receivers().length === 0, 5_000, 'no receiver left');
+    });
+
+    it('waits for a slow client between pieces, and the next request on a new connection works', async () => {
+      const bytes = randomBytes(3 * 1024 * 1024);
+      const target = join(scratch.dir, 'slow.bin');
+      const result = await put(target, bytes, 24, 40);
+      expect(result.status).toBe(200);
+      expect(sha256(readFileSync(target))).toBe(sha256(bytes));
+      expect((await scratch.server.call('GET', '/health')).status).toBe(200);
+    });
+
+    it('ends the receiver, removes the temp and keeps the old file when the client aborts mid-body', async () => {
+      const target = join(scratch.dir, 'aborted-splice.bin');
+      writeFileSync(target, 'old');
+      const fdsBefore = countFds();
+      const req = request(`${scratch.server.url}/files/raw?${q(target)}`, {
+        method: 'PUT',
+        headers: { authorization: `Bearer ${scratch.server.token}`, 'content-type': 'application/octet-stream', 'content-length': String(8 * 1024 * 1024) },
+      });
+      req.on('error', () => {});
+      req.write(Buffer.alloc(2 * 1024 * 1024));
+      await waitFor(() => receivers().length === 1, 5_000, 'the receiver to start');
+      req.destroy();
+      await waitFor(() => receivers().length === 0 && temps(scratch.dir).length === 0, 5_000, 'the receiver to end and the temp file to go');
+      expect(readFileSync(target, 'utf8')).toBe('old');
+      await waitFor(() => countFds() <= fdsBefore, 5_000, 'fds back to where they were');
+    });
   });
 
   if (!isRoot) console.warn('SKIPPED (not root): the 507 disk-full tests need root to mount a tmpfs; run the suite as root, as CI does');
