@@ -488,7 +488,7 @@ static int handle_message(int type, const unsigned char *p, uint32_t len) {
   }
   case MSG_LIVE_OFF:
     if (len != 0) return -1;
-    live = 0;
+    live = live_text = 0;
     return 0;
   case MSG_STDIN: {
     if (len < 4) return -1;
@@ -609,11 +609,11 @@ static void keep_and_send_text(int stream, size_t n) {
 
 static void read_source(struct source *s) {
   /* For TEXT, 1/16 less: typical text (a few escaped newlines and quotes) then still goes out as one message. */
-  ssize_t n = read(s->fd, rbuf + 5, live_text ? CHUNK - CHUNK / 16 : CHUNK);
+  ssize_t n = read(s->fd, rbuf + 5, live && live_text ? CHUNK - CHUNK / 16 : CHUNK);
   if (n < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) return;
   if (n <= 0) {
     /* A character left incomplete by the end of the stream is one U+FFFD, as a decoder's end() gives. */
-    if (client_fd >= 0 && live_text && text_state[s->stream].needed) {
+    if (client_fd >= 0 && live && live_text && text_state[s->stream].needed) {
       utf8_reset(&text_state[s->stream]);
       queue_text(s->stream, put_replacement(tbuf + 9));
     }
@@ -624,7 +624,7 @@ static void read_source(struct source *s) {
     return;
   }
   remember_tail(s->stream, rbuf + 5, (size_t)n);
-  if (client_fd >= 0 && live_text) {
+  if (client_fd >= 0 && live && live_text) {
     keep_and_send_text(s->stream, (size_t)n);
     return;
   }

@@ -104,6 +104,24 @@ describe('envd-holder live channel', () => {
     expect(rest.map((m) => m.type)).toEqual(['ack', 'ack', 'reaped', 'exit']);
   });
 
+  it('sends no TEXT after LIVE_OFF either, however much the command prints while the client reads nothing', async () => {
+    // LIVE_OFF once left TEXT on: the holder went on queueing output it no longer held back for, overflowed its ring and closed the client.
+    const holder = await startHolder({ command: ['sh', '-c', 'read x; head -c 8000000 /dev/zero | tr "\\0" z; read x'], stdin: true, cap: 1 << 30, memoryBudget: 1 << 30 });
+    const client = await holder.connect();
+    await hello(client);
+    client.socket.pause();
+    client.send(encodeLiveOn(true));
+    client.send(encodeLiveOff());
+    client.send(encodeStdin(1, Buffer.from('\n')));
+    await waitFor(() => parseLog(readLog(holder.dir)).stdout.length === 8_000_000, 10_000, 'all 8 MB to be kept');
+    client.socket.resume();
+    client.send(encodeStdin(2, Buffer.from('\n')));
+    const messages = await client.until('exit');
+    expect(messages.filter((m) => m.type === 'text' || m.type === 'data')).toEqual([]);
+    expect(messages.at(-1)).toMatchObject({ type: 'exit', exitCode: 0 });
+    await finished(holder);
+  });
+
   it('blocks the command while a LIVE client does not read, with bounded memory, and resumes it when the client reads again', async () => {
     const holder = await startHolder({ command: ['sh', '-c', 'read x; exec yes'], stdin: true, cap: 1 << 30, memoryBudget: 1 << 30 });
     const client = await holder.connect();
