@@ -24,7 +24,9 @@ export class StateDir {
   readonly commandsDir: string;
   readonly usagePath: string;
   private readonly usageFd: number;
+  /** Released slots, reused first; then the ones never handed out since start, from `nextFresh` up. */
   private readonly freeSlots: number[] = [];
+  private nextFresh = 0;
   private readonly usedSlots = new Set<number>();
   private closed = false;
   /** Where usage() reads the table (64 KiB), once per /metrics call. */
@@ -50,20 +52,30 @@ export class StateDir {
     return new StateDir(root, spoolDir);
   }
 
-  /** Marks the slots of re-adopted commands as taken and zeroes every other one (left by commands that are gone). */
+  /**
+   * Marks the slots of re-adopted commands as taken and zeroes every other one
+   * (left by commands that are gone), one write per run of free slots. No loop
+   * over all 4096 slots: at start it made V8 compile it with TurboFan, and
+   * mapping in the optimising compilers' code cost envd ~4 MiB of idle RSS.
+   */
   claimSlots(taken: Iterable<number>): void {
     this.usedSlots.clear();
-    for (const slot of taken) this.usedSlots.add(slot);
+    for (const slot of taken) if (Number.isInteger(slot) && slot >= 0 && slot < USAGE_SLOTS) this.usedSlots.add(slot);
     this.freeSlots.length = 0;
-    for (let slot = USAGE_SLOTS - 1; slot >= 0; slot--) {
-      if (this.usedSlots.has(slot)) continue;
-      this.zeroSlot(slot);
-      this.freeSlots.push(slot);
+    this.nextFresh = 0;
+    let from = 0;
+    for (const slot of [...[...this.usedSlots].sort((a, b) => a - b), USAGE_SLOTS]) {
+      if (slot > from) this.zeroSlots(from, slot);
+      from = slot + 1;
     }
   }
 
   takeSlot(): number {
-    const slot = this.freeSlots.pop();
+    let slot = this.freeSlots.pop();
+    while (slot === undefined && this.nextFresh < USAGE_SLOTS) {
+      const fresh = this.nextFresh++;
+      if (!this.usedSlots.has(fresh)) slot = fresh;
+    }
     if (slot === undefined) throw new HttpError(503, `envd tracks ${USAGE_SLOTS} commands already; wait for or kill some and retry`);
     this.usedSlots.add(slot);
     return slot;
@@ -72,7 +84,7 @@ export class StateDir {
   /** Called once the command's files are removed and its holder is gone: nothing can write the slot any more. */
   releaseSlot(slot: number): void {
     if (!this.usedSlots.delete(slot)) return;
-    this.zeroSlot(slot);
+    this.zeroSlots(slot, slot + 1);
     this.freeSlots.push(slot);
   }
 
@@ -136,9 +148,11 @@ export class StateDir {
     closeSync(this.usageFd);
   }
 
-  private zeroSlot(slot: number): void {
+  /** Zeroes slots [from, to). */
+  private zeroSlots(from: number, to: number): void {
     // After close (envd stopping), a late release has nothing left to update: the next envd zeroes unclaimed slots.
     if (this.closed) return;
-    writeSync(this.usageFd, Buffer.alloc(SLOT_BYTES), 0, SLOT_BYTES, slot * SLOT_BYTES);
+    const bytes = (to - from) * SLOT_BYTES;
+    writeSync(this.usageFd, Buffer.alloc(bytes), 0, bytes, from * SLOT_BYTES);
   }
 }
