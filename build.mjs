@@ -102,7 +102,8 @@ function loadOnFirstUse(names) {
   return {
     name: 'load-on-first-use',
     setup(build) {
-      build.onResolve({ filter: new RegExp(`^(node:)?(${names.join('|')})$`) }, ({ path }) => ({ path: path.replace(/^node:/, ''), namespace: 'load-on-first-use' }));
+      // Only imports from real files: the stand-in's own require('node:<name>') must reach the built-in, not itself.
+      build.onResolve({ filter: new RegExp(`^(node:)?(${names.join('|')})$`), namespace: 'file' }, ({ path }) => ({ path: path.replace(/^node:/, ''), namespace: 'load-on-first-use' }));
       build.onLoad({ filter: /.*/, namespace: 'load-on-first-use' }, ({ path: name }) => ({
         loader: 'js',
         contents: `let real;
