@@ -17,6 +17,29 @@ const TEXT_PREFIX = {
 };
 const TEXT_SUFFIX = Buffer.from('"}\n\n');
 
+/** Room for the largest TEXT event: a holder's TEXT (64 KiB at most) and what goes around it. */
+const EVENT_BUFFER_BYTES = 64 * 1024 + 128;
+/** How many written event buffers are kept for reuse, over all streams (1 MiB). */
+const KEPT_EVENT_BUFFERS = 16;
+
+/**
+ * Buffers for TEXT events, reused once the socket has written them. A fresh
+ * 64 KiB buffer per event cost more than the event itself: each was an mmap
+ * (glibc serves blocks of 32 KiB and more that way here), a munmap with a TLB
+ * shootdown on every CPU running one of envd's threads, and external memory
+ * that V8 ran concurrent major GCs to reclaim; under a stream of output,
+ * envd's GC threads used as much CPU as its main thread (perf).
+ */
+const eventBuffers: Buffer[] = [];
+
+function takeEventBuffer(): Buffer {
+  return eventBuffers.pop() ?? Buffer.allocUnsafeSlow(EVENT_BUFFER_BYTES);
+}
+
+function giveEventBuffer(buffer: Buffer): void {
+  if (eventBuffers.length < KEPT_EVENT_BUFFERS) eventBuffers.push(buffer);
+}
+
 /**
  * Streams a process to one client as server-sent events: `start`, the output
  * kept so far, live output, then `exit`, after which the response ends.
@@ -107,13 +130,17 @@ class SseSubscriber implements OutputSubscriber {
       this.decoders[stream] = new StringDecoder('utf8');
     }
     if (json.length === 0) return;
-    // One buffer per event, one write; `json` points into the link's read buffer and is copied here.
+    // One event, one write; `json` points into the link's read buffer and is copied here.
     const prefix = TEXT_PREFIX[stream];
-    const event = Buffer.allocUnsafe(prefix.length + json.length + TEXT_SUFFIX.length);
+    const length = prefix.length + json.length + TEXT_SUFFIX.length;
+    const event = length <= EVENT_BUFFER_BYTES ? takeEventBuffer() : Buffer.allocUnsafe(length);
     prefix.copy(event, 0);
     json.copy(event, prefix.length);
     TEXT_SUFFIX.copy(event, prefix.length + json.length);
-    this.res.write(event);
+    // Back to the pool once written (or failed): only then has the socket let go of it.
+    this.res.write(event.subarray(0, length), () => {
+      if (event.length === EVENT_BUFFER_BYTES) giveEventBuffer(event);
+    });
   }
 
   finish(exit: ExitInfo): void {
