@@ -12,8 +12,16 @@ import {
   type HolderMessage,
 } from '../holder/protocol.js';
 
-/** The size of a link's read buffer: one holder message of output (64 KiB) and its header. */
-const READ_BUFFER_BYTES = 64 * 1024 + 64;
+/** The longest holder message: a DATA or TEXT of 64 KiB and its headers. */
+const MAX_MESSAGE_BYTES = 5 + 9 + 64 * 1024;
+/** Room left for a read of the socket (Node reads at most this much at a time). */
+const READ_ROOM_BYTES = 64 * 1024;
+/**
+ * A link's read buffer: what is left of a message (less than one), moved to
+ * its front, and a read after it. Pages are touched only as output comes: an
+ * idle link costs a page.
+ */
+const READ_BUFFER_BYTES = MAX_MESSAGE_BYTES + READ_ROOM_BYTES;
 
 /**
  * How long envd waits for a holder's HELLO after connecting. A live holder
@@ -54,18 +62,42 @@ export class HolderLink {
   /** The holder's protocol version, from its HELLO. */
   private version = 1;
   private readsPaused = false;
+  /** True inside a read's callback: the only time the read buffer may be rearranged. */
+  private reading = false;
 
   private onHello: ((hello: Hello) => void) | undefined;
+  /** Where in readBuffer the bytes read so far end. */
+  private readEnd = 0;
+  /** Where the read under way lands: after readEnd, or a spare buffer while the room there is short. */
+  private readTarget: Buffer;
+  private readInSpare = false;
   private onHelloMissing: (type: string) => void = () => {};
 
-  private constructor(private readonly socket: Socket) {}
+  private constructor(
+    private readonly socket: Socket,
+    /** Where reads land. */
+    private readonly readBuffer: Buffer,
+  ) {
+    this.readTarget = readBuffer;
+  }
 
   /**
-   * One read from the socket, in the link's own buffer: everything that points into it is used up
-   * or copied before the next read. Returns false to stop reading (Node's onread contract).
+   * One read from the socket, into the link's own buffer right after the bytes read before it, so a
+   * message split between two reads is whole in place (the decoder joins adjacent views) instead of
+   * copied. Returns false to stop reading (Node's onread contract).
    */
-  private onRead(chunk: Buffer): boolean {
-    this.decoder.push(chunk);
+  private onRead(n: number): boolean {
+    this.decoder.push(this.readTarget.subarray(0, n));
+    if (!this.readInSpare) this.readEnd += n;
+    this.reading = true;
+    try {
+      return this.afterRead();
+    } finally {
+      this.reading = false;
+    }
+  }
+
+  private afterRead(): boolean {
     if (this.onHello) {
       const first = this.decoder.next();
       if (first === undefined) {
@@ -88,10 +120,13 @@ export class HolderLink {
   static connect(path: string): Promise<{ link: HolderLink; hello: Hello }> {
     return new Promise((resolve, reject) => {
       let link: HolderLink | undefined;
-      // Reads land in one buffer per link instead of a fresh 64 KiB allocation per read: a busy
-      // command's output then costs envd no garbage, and a held link pins nothing but this buffer.
-      const socket = createConnection({ path, onread: { buffer: Buffer.allocUnsafeSlow(READ_BUFFER_BYTES), callback: (n, buffer) => link!.onRead(Buffer.from(buffer.buffer, buffer.byteOffset, n)) } });
-      link = new HolderLink(socket);
+      // Reads land in one buffer per link instead of a fresh 64 KiB allocation per read, and a message
+      // split between two reads is completed in place instead of copied: a busy command's output then
+      // costs envd no allocation at all, and a held link pins nothing but this buffer.
+      const readBuffer = Buffer.allocUnsafeSlow(READ_BUFFER_BYTES);
+      // Node asks for the next read's buffer right after each read's callback (and once at the start).
+      const socket = createConnection({ path, onread: { buffer: () => link?.nextReadTarget() ?? readBuffer, callback: (n) => link!.onRead(n) } });
+      link = new HolderLink(socket, readBuffer);
       const timer = setTimeout(() => fail(new Error(`no HELLO from the holder at ${path}`)), HELLO_TIMEOUT_MS);
       const fail = (error: Error) => {
         clearTimeout(timer);
@@ -225,9 +260,27 @@ export class HolderLink {
       this.socket.pause();
       return;
     }
-    this.decoder.keepBuffered();
+    // What is left of a message moves to the front, but only between a read and the next one being
+    // placed (Node has taken the next read's buffer already when reads resume from elsewhere).
+    if (this.reading && this.readBuffer.length - this.readEnd < READ_ROOM_BYTES) {
+      const partial = this.decoder.takeBuffered();
+      partial.copy(this.readBuffer, 0);
+      this.decoder.push(this.readBuffer.subarray(0, partial.length));
+      this.readEnd = partial.length;
+    }
     this.readsPaused = false;
     this.socket.resume();
+  }
+
+  /**
+   * Where the next read lands: after what was read, while there is room for a whole read there.
+   * Short of room (only while held, with queued messages pointing into the buffer), a spare buffer
+   * of its own: a message split across it is then copied by the decoder.
+   */
+  private nextReadTarget(): Buffer {
+    this.readInSpare = this.readBuffer.length - this.readEnd < READ_ROOM_BYTES;
+    this.readTarget = this.readInSpare ? Buffer.allocUnsafe(READ_ROOM_BYTES) : this.readBuffer.subarray(this.readEnd);
+    return this.readTarget;
   }
 }
 

@@ -117,8 +117,6 @@ export function encodeResize(id: number, cols: number, rows: number): Buffer {
 class ChunkQueue {
   private chunks: Buffer[] = [];
   private total = 0;
-  /** Whether the one chunk left is a private copy (ownCopy), not the caller's memory. */
-  private owned = false;
 
   get length(): number {
     return this.total;
@@ -126,8 +124,13 @@ class ChunkQueue {
 
   push(chunk: Buffer): void {
     if (chunk.length === 0) return;
-    this.owned = false;
-    this.chunks.push(chunk);
+    const last = this.chunks.at(-1);
+    // A chunk that continues the last one in the same memory joins it: a message across both stays a view.
+    if (last && last.buffer === chunk.buffer && last.byteOffset + last.length === chunk.byteOffset) {
+      this.chunks[this.chunks.length - 1] = Buffer.from(last.buffer, last.byteOffset, last.length + chunk.length);
+    } else {
+      this.chunks.push(chunk);
+    }
     this.total += chunk.length;
   }
 
@@ -144,13 +147,6 @@ class ChunkQueue {
       if (filled === n) break;
     }
     return out;
-  }
-
-  /** Replaces the chunks by one private copy, so the caller may reuse the memory it pushed. */
-  ownCopy(): void {
-    if (this.total === 0 || this.owned) return;
-    this.chunks = [Buffer.concat(this.chunks, this.total)];
-    this.owned = true;
   }
 
   /** Removes and returns the first n bytes (n <= length). */
@@ -260,9 +256,14 @@ export class MessageDecoder {
     return this.queue.length;
   }
 
-  /** Copies what is buffered (a partial message), so the memory pushed may be reused by the next read. */
-  keepBuffered(): void {
-    this.queue.ownCopy();
+  /**
+   * Removes what is buffered (a partial message) and returns it as one
+   * buffer: a view of the memory pushed when that was one chunk, else a copy.
+   * For a caller that moves it to the front of its own read buffer and pushes
+   * it again, together with the next read, instead of letting it be copied.
+   */
+  takeBuffered(): Buffer {
+    return this.queue.take(this.queue.length);
   }
 }
 

@@ -1,0 +1,102 @@
+import { createHash } from 'node:crypto';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { createServer, type Server, type Socket } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterEach, describe, expect, it } from 'vitest';
+import { HolderLink } from '../../src/commands/holder-link.js';
+
+// envd's end of a holder's live channel reads into one buffer of its own and
+// completes a message split between reads in place. A fake holder here sends
+// messages of every size, cut into writes at seeded random places, while the
+// test holds and releases the link at random: every message must arrive
+// whole, in order, once.
+
+let dir: string | undefined;
+let server: Server | undefined;
+afterEach(() => {
+  server?.close();
+  if (dir) rmSync(dir, { recursive: true, force: true });
+  dir = undefined;
+  server = undefined;
+});
+
+function random(seed: number): () => number {
+  return () => {
+    seed = (seed + 0x6d2b79f5) | 0;
+    let t = Math.imul(seed ^ (seed >>> 15), 1 | seed);
+    t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+function message(type: number, payload: Buffer): Buffer {
+  const head = Buffer.alloc(5);
+  head[0] = type;
+  head.writeUInt32LE(payload.length, 1);
+  return Buffer.concat([head, payload]);
+}
+
+function hello(): Buffer {
+  const p = Buffer.alloc(25);
+  p.writeUInt16LE(2, 0);
+  p.writeUInt32LE(4242, 2);
+  return message(0x80, p);
+}
+
+/** TEXT (0x86) or DATA (0x82) with stream, logEnd = its index, and `size` bytes. */
+function output(index: number, size: number, next: () => number): Buffer {
+  const p = Buffer.alloc(9 + size);
+  p[0] = 1;
+  p.writeBigUInt64LE(BigInt(index), 1);
+  for (let i = 9; i < p.length; i++) p[i] = Math.floor(next() * 256);
+  return message(index % 2 ? 0x86 : 0x82, p);
+}
+
+const sha = (bytes: Buffer) => createHash('sha256').update(bytes).digest('hex');
+
+async function writeCut(socket: Socket, bytes: Buffer, next: () => number): Promise<void> {
+  for (let at = 0; at < bytes.length; ) {
+    const size = 1 + Math.floor(next() * 90_000);
+    const ok = socket.write(bytes.subarray(at, at + size));
+    at += size;
+    if (!ok) await new Promise((resolve) => socket.once('drain', resolve));
+    if (next() < 0.3) await new Promise((resolve) => setImmediate(resolve));
+  }
+}
+
+describe('HolderLink reads', () => {
+  it('delivers 300 messages of 0 to 64 KiB, cut anywhere, whole and in order while held and released at random', async () => {
+    const next = random(7);
+    const sizes = Array.from({ length: 300 }, (_, i) => (i % 50 === 0 ? 65536 : Math.floor(next() ** 3 * 65537)));
+    const messages = sizes.map((size, i) => output(i, size, next));
+    const expected = messages.map((m) => sha(m.subarray(5 + 9)));
+    dir = mkdtempSync(join(tmpdir(), 'envd-link-'));
+    const path = join(dir, 'sock');
+    // Like a holder: HELLO at once, output only once LIVE_ON has come.
+    server = createServer((socket) => {
+      socket.write(hello());
+      socket.once('data', () => void writeCut(socket, Buffer.concat(messages), random(11)));
+    });
+    await new Promise<void>((resolve) => server!.listen(path, resolve));
+
+    const { link } = await HolderLink.connect(path);
+    const got: string[] = [];
+    const done = new Promise<void>((resolve) => {
+      link.onMessage = (m) => {
+        if (m.type === 'data') got.push(sha(m.bytes));
+        else if (m.type === 'text') got.push(sha(m.json));
+        if (got.length === messages.length) resolve();
+        // A subscriber falling behind: hold for a moment, sometimes.
+        if (next() < 0.2) {
+          link.hold();
+          setTimeout(() => link.release(), Math.floor(next() * 3));
+        }
+      };
+    });
+    link.liveOn();
+    await done;
+    link.close();
+    expect(got).toEqual(expected);
+  });
+});
