@@ -97,6 +97,30 @@ describe('output decoded and escaped by the holder (live) and by envd (replay)',
     await fixture.server.call('GET', `/commands/${pid}/wait`);
   });
 
+  it('escapes every byte value at every place in an 8-byte word of plain text', async () => {
+    // The holder scans plain text 8 bytes at a time: a byte to escape must be found wherever it sits.
+    const parts: Buffer[] = [];
+    for (let value = 0; value < 256; value++) {
+      for (let at = 0; at < 9; at++) {
+        const run = Buffer.alloc(17, 'a');
+        run[at] = value;
+        parts.push(run, Buffer.from('\n'));
+      }
+    }
+    const whole = Buffer.concat(parts);
+    const cmd = printer('every-byte', [whole], 0);
+    const text = new TextDecoder('utf-8', { fatal: true }).decode(await (await fixture.server.call('POST', '/commands/stream', { cmd })).arrayBuffer());
+    let stdout = '';
+    for (const block of text.split('\n\n').filter(Boolean)) {
+      const [eventLine, dataLine] = block.split('\n') as [string, string];
+      if (eventLine !== 'event: stdout') continue;
+      const data = JSON.parse(dataLine.slice('data: '.length));
+      expect(dataLine).toBe(`data: ${JSON.stringify(data)}`);
+      stdout += data.data;
+    }
+    expect(stdout).toBe(whole.toString('utf8'));
+  });
+
   it('completes a character split between the replay and live output once, and ends a dangling one with one U+FFFD', async () => {
     // 😀 is cut after its second byte; the attacher joins while the command sleeps there.
     const emoji = Buffer.from('😀');
