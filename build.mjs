@@ -34,8 +34,9 @@ await build({
   entryPoints: ['src/main.ts'],
   outfile: 'dist/envd.js',
   minify: true,
-  define: { ENVD_OPENAPI_JSON: JSON.stringify(await generateOpenApiJson()) },
-  plugins: [loadOnFirstUse(['http2', 'https']), leaveOut(['light-my-request', '@fastify/ajv-compiler'])],
+  define: { ENVD_OPENAPI_JSON: JSON.stringify(await generateOpenApiJson()), ENVD_HOLDER_HASH: JSON.stringify(holderHash.slice(0, 12)) },
+  // node:crypto: needed from the first command or upload on (ids, temp names), not to start or to answer /health.
+  plugins: [loadOnFirstUse(['http2', 'https', 'crypto', 'readline', 'dns', 'child_process']), leaveOut(['light-my-request', '@fastify/ajv-compiler'])],
 });
 
 /**

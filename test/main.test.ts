@@ -1,4 +1,5 @@
 import { spawnSync } from 'node:child_process';
+import { createHash } from 'node:crypto';
 import { copyFileSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
@@ -44,6 +45,22 @@ describe('the envd executable', () => {
     expect((await ran.json()).stdout).toBe('from-the-copy\n');
     expect(await envd.stop('SIGTERM')).toBe(0);
     expect(envd.lines.every((line) => !line.includes('tok"'))).toBe(true);
+  });
+
+  it('the single executable writes its holder as <state-dir>/bin/envd-holder-<sha256 prefix> and runs commands with it', async () => {
+    // The name's hash is computed at build time (no node:crypto at start): it must be the asset's own.
+    const dirs = mkdtempSync(join(tmpdir(), 'envd-sea-'));
+    const envd = await startEnvdExecutable(['--state-dir', join(dirs, 'state'), '--spool-dir', join(dirs, 'spool')], { ENVD_ACCESS_TOKEN: 'tok' });
+    try {
+      const holder = readFileSync('dist/envd-holder');
+      const written = join(dirs, 'state', 'bin', `envd-holder-${createHash('sha256').update(holder).digest('hex').slice(0, 12)}`);
+      expect(readFileSync(written).equals(holder)).toBe(true);
+      const run = await fetch(`${envd.url}/commands`, { method: 'POST', headers: { authorization: 'Bearer tok', 'content-type': 'application/json' }, body: JSON.stringify({ cmd: 'echo hi' }) });
+      expect(await run.json()).toMatchObject({ stdout: 'hi\n', exit_code: 0 });
+    } finally {
+      await envd.stop('SIGTERM');
+      rmSync(dirs, { recursive: true, force: true });
+    }
   });
 
   // ps, top, systemd-cgtop and the kernel's OOM messages show a process's comm
