@@ -132,11 +132,18 @@ function handleError(error: FastifyError | HttpError, request: FastifyRequest, r
 }
 
 /**
- * A version-4 UUID from Math.random: a request id only has to tell requests
- * apart in the logs, and node:crypto's randomUUID loaded that module with
- * the first request (1.4 MiB of idle RSS) for nothing secret.
+ * Request ids in the layout of a version-4 UUID: a random prefix drawn once
+ * per process (Math.random) and a counter in the last 12 hex digits. A
+ * request id only has to tell requests apart in the logs; node:crypto's
+ * randomUUID loaded that module with the first request (1.4 MiB of idle
+ * RSS) for nothing secret, and a fresh random UUID per request cost the
+ * HTTP floor ~5 %.
  */
+const hex = (digits: number) => Math.floor(Math.random() * 16 ** digits).toString(16).padStart(digits, '0');
+const REQUEST_ID_PREFIX = `${hex(8)}-${hex(4)}-4${hex(3)}-${(8 + Math.floor(Math.random() * 4)).toString(16)}${hex(3)}-`;
+let requestCounter = Math.floor(Math.random() * 2 ** 40);
+
 export function looseUuid(): string {
-  const hex = (digits: number) => Math.floor(Math.random() * 16 ** digits).toString(16).padStart(digits, '0');
-  return `${hex(8)}-${hex(4)}-4${hex(3)}-${(8 + Math.floor(Math.random() * 4)).toString(16)}${hex(3)}-${hex(12)}`;
+  requestCounter = (requestCounter + 1) % 2 ** 48;
+  return REQUEST_ID_PREFIX + requestCounter.toString(16).padStart(12, '0');
 }
