@@ -1,6 +1,7 @@
 // upload: PUT /files/raw of a big file against fs.createWriteStream of the same
 // bytes into the same directory, and envd's peak RSS growth while it receives
 // them (sampled from /proc every 20 ms): the upload must never sit in memory.
+import { execFileSync } from 'node:child_process';
 import { createReadStream, createWriteStream, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { pipeline } from 'node:stream/promises';
@@ -15,8 +16,18 @@ const RSS_GOAL = atMost(64, 'MiB');
 const MB = 1e6;
 const MIB = 1024 * 1024;
 
+/**
+ * Before each timed write: the previous one's dirty pages (64-500 MiB that
+ * the unflushed direct write leaves behind) are on disk, so that neither side
+ * pays for the other's writeback, and envd's fsync does not wait behind it.
+ */
+function settleDisk() {
+  execFileSync('sync');
+}
+
 async function uploadThroughEnvd(server, source, target, bytes) {
   rmSync(target, { force: true });
+  settleDisk();
   const start = performance.now();
   const { status, body } = await send(server, 'PUT', `/files/raw?path=${encodeURIComponent(target)}`, {
     body: createReadStream(source),
@@ -29,6 +40,7 @@ async function uploadThroughEnvd(server, source, target, bytes) {
 
 async function writeDirect(source, target, bytes, flush = false) {
   rmSync(target, { force: true });
+  settleDisk();
   const start = performance.now();
   await pipeline(createReadStream(source), createWriteStream(target, { flush }));
   return bytes / MB / ((performance.now() - start) / 1000);
