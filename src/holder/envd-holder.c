@@ -51,10 +51,12 @@ _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "envd-holder assumes a
 #define TEXT_MAX 65536                   /* largest TEXT payload after its stream and logEnd: envd reads 64 KiB at a time */
 /*
  * The ring holds LIVE_HIGH plus what one read becomes (read only while at or
- * below LIVE_HIGH) plus small replies: one DATA, or as TEXT up to 6 bytes per
- * byte read (control characters as \u00xx) in messages of TEXT_MAX.
+ * below LIVE_HIGH) plus small replies. A read becomes one DATA; as TEXT it
+ * may grow 6 times (control characters as \u00xx), so TEXT reads are cut to
+ * what the ring can take (read_source) rather than the ring sized for 6 x
+ * CHUNK: a ring that wraps touches all of its pages.
  */
-#define RING_CAP (LIVE_HIGH + JSON_TEXT_MAX_GROWTH * CHUNK + 8 * DATA_HEADER + 4096)
+#define RING_CAP (LIVE_HIGH + DATA_HEADER + CHUNK + 4096)
 #define GRACE_MS 200                     /* how long output may stay open once the shell is reaped */
 #define ACCEPT_PAUSE_MS 100              /* back-off after accept fails for lack of fds or memory */
 #define USAGE_SLOTS 4096
@@ -607,9 +609,19 @@ static void keep_and_send_text(int stream, size_t n) {
   }
 }
 
+/* How much to read: a CHUNK, or for TEXT 1/16 less (typical text, a few escapes per line, then goes out as one
+   message) and no more than the ring can take at 6 bytes of text per byte (>= 10 KiB at LIVE_HIGH). */
+static size_t read_size(void) {
+  if (!(live && live_text)) return CHUNK;
+  size_t room = RING_CAP - ring_len, headers = 8 * DATA_HEADER;
+  size_t fits = room > headers ? (room - headers) / JSON_TEXT_MAX_GROWTH : 0;
+  return fits < CHUNK - CHUNK / 16 ? fits : CHUNK - CHUNK / 16;
+}
+
 static void read_source(struct source *s) {
-  /* For TEXT, 1/16 less: typical text (a few escaped newlines and quotes) then still goes out as one message. */
-  ssize_t n = read(s->fd, rbuf + 5, live && live_text ? CHUNK - CHUNK / 16 : CHUNK);
+  size_t want = read_size();
+  if (want == 0) return; /* not reached: sources are polled only while ring_len <= LIVE_HIGH */
+  ssize_t n = read(s->fd, rbuf + 5, want);
   if (n < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) return;
   if (n <= 0) {
     /* A character left incomplete by the end of the stream is one U+FFFD, as a decoder's end() gives. */

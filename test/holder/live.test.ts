@@ -150,6 +150,28 @@ describe('envd-holder live channel', () => {
     await finished(holder);
   });
 
+  it('bounds a stalled TEXT client the same way, even when every byte escapes to six', async () => {
+    // \x01 becomes \u0001: the worst case for the ring, which TEXT reads are cut to fit.
+    const holder = await startHolder({ command: ['sh', '-c', 'read x; exec tr "\\000" "\\001" < /dev/zero'], stdin: true, cap: 1 << 30, memoryBudget: 1 << 30 });
+    const client = await holder.connect();
+    await hello(client);
+    client.socket.pause();
+    client.send(encodeLiveOn(true));
+    client.send(encodeStdin(1, Buffer.from('\n')));
+    const stalled = await settledLogSize(holder);
+    expect(stalled).toBeLessThan(4 << 20);
+    const memory = holderMemory(holder.holderPid);
+    console.log(`envd-holder with a stalled TEXT client under control characters: VmRSS ${memory.rssKiB} KiB (RssAnon ${memory.anonKiB} KiB), kept log stopped at ${stalled} bytes`);
+    expect(memory.anonKiB).toBeLessThan(1024);
+    client.socket.resume();
+    const text = (await client.until('text')).filter((m) => m.type === 'text');
+    expect(text[0]).toMatchObject({ type: 'text', stream: 'stdout' });
+    expect((text[0] as { json: Buffer }).json.subarray(0, 12).toString()).toBe('\\u0001\\u0001');
+    process.kill(-holder.shellPid, 'SIGKILL');
+    expect((await client.until('exit', 10_000)).at(-1)).toMatchObject({ type: 'exit', signal: 9 });
+    await finished(holder);
+  });
+
   it('neither kills nor blocks the command when the client disconnects mid-output (no SIGPIPE)', async () => {
     const holder = await startHolder({ command: ['sh', '-c', 'while true; do echo tick; sleep 0.05; done'] });
     const client = await holder.connect();
