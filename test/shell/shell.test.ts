@@ -25,6 +25,18 @@ function openShell(args: string[]): void {
   const wrapper = `stty -g > ${scratch}/before; ${shellCommand}; echo "exit=$?" > ${scratch}/exit; stty -g > ${scratch}/after; sleep 600`;
   tmux('new-session', '-d', '-s', 'envd', '-x', '100', '-y', '30', 'sh', '-c', wrapper);
 }
+/** The terminal settings the wrapper saved after envd shell exited: written just after `exit`, so waited for (under load the test once read them before stty had written). */
+async function settingsAfter(): Promise<string> {
+  const read = () => {
+    try {
+      return readFileSync(join(scratch, 'after'), 'utf8');
+    } catch {
+      return '';
+    }
+  };
+  await waitFor(() => read() !== '', 10_000, 'the terminal settings after envd shell');
+  return read();
+}
 const exitFile = () => {
   try {
     return readFileSync(join(scratch, 'exit'), 'utf8').trim();
@@ -70,7 +82,7 @@ describe('envd shell', () => {
     tmux('send-keys', '-t', 'envd', 'exit 3', 'Enter');
     await waitFor(() => exitFile() !== '', 10_000, 'envd shell to exit');
     expect(exitFile()).toBe('exit=3');
-    expect(readFileSync(join(scratch, 'after'), 'utf8')).toBe(readFileSync(join(scratch, 'before'), 'utf8'));
+    expect(await settingsAfter()).toBe(readFileSync(join(scratch, 'before'), 'utf8'));
   });
 
   it('runs a given command as a given user in a given directory', async () => {
@@ -91,7 +103,7 @@ describe('envd shell', () => {
     await waitFor(() => exitFile() !== '', 10_000, 'envd shell to exit');
     expect(exitFile()).toBe('exit=1');
     expect(screen()).toMatch(/envd shell: .*(connection to envd|cannot reach envd)/);
-    expect(readFileSync(join(scratch, 'after'), 'utf8')).toBe(readFileSync(join(scratch, 'before'), 'utf8'));
+    expect(await settingsAfter()).toBe(readFileSync(join(scratch, 'before'), 'utf8'));
     for (const pid of findProcesses('sleep 1000')) process.kill(pid, 'SIGKILL');
   });
 
@@ -103,7 +115,7 @@ describe('envd shell', () => {
     process.kill(local!, 'SIGINT');
     await waitFor(() => exitFile() !== '', 10_000, 'envd shell to exit');
     expect(exitFile()).toBe('exit=130');
-    expect(readFileSync(join(scratch, 'after'), 'utf8')).toBe(readFileSync(join(scratch, 'before'), 'utf8'));
+    expect(await settingsAfter()).toBe(readFileSync(join(scratch, 'before'), 'utf8'));
     await waitFor(() => findProcesses('sleep 1001').length === 0, 10_000, 'the remote command to be killed');
   });
 
