@@ -10,6 +10,7 @@ import type { ClockSetter } from './lifecycle/clock.js';
 import type { OpenApiSource } from './lifecycle/openapi-source.js';
 import { lifecycleRoutes } from './lifecycle/routes.js';
 import { closeAfterLingering } from './lingering-close.js';
+import { lazyRequestLogger } from './request-logger.js';
 import type { Logger } from './logger.js';
 import { SandboxState } from './sandbox-state.js';
 import { buildLazySerializers } from './serialization.js';
@@ -53,6 +54,8 @@ export async function buildApp({ config, logger, state = new SandboxState(config
     forceCloseConnections: true,
     return503OnClosing: true,
     requestIdHeader: false,
+    // A request's logger makes its pino child only when it writes a line (src/request-logger.ts).
+    childLoggerFactory: lazyRequestLogger,
     schemaErrorFormatter: formatValidationError,
     // Our own compilers, so fastify never loads its default @fastify/ajv-compiler. Fastify
     // calls our validatorCompiler with a route's schema; its type names ajv-compiler's own.
