@@ -14,7 +14,7 @@ import {
 
 /** The longest holder message: a DATA or TEXT of 64 KiB and its headers. */
 const MAX_MESSAGE_BYTES = 5 + 9 + 64 * 1024;
-/** Room left for a read of the socket (Node reads at most this much at a time). */
+/** The room kept for a read (Node reads at most the buffer it is given): below it, what is left of a message moves to the front. */
 const READ_ROOM_BYTES = 64 * 1024;
 /**
  * A link's read buffer: what is left of a message (less than one), moved to
@@ -22,6 +22,16 @@ const READ_ROOM_BYTES = 64 * 1024;
  * idle link costs a page.
  */
 const READ_BUFFER_BYTES = MAX_MESSAGE_BYTES + READ_ROOM_BYTES;
+/**
+ * Where the first read after a pause lands, for every link: Node takes a
+ * link's next read buffer right after each read, when a held link still has
+ * a message queued in its own buffer and nothing may move there. The read's
+ * callback copies it into the link's buffer at once, and reads of different
+ * sockets never overlap, so one buffer serves all links. (A fresh buffer per
+ * such read was an mmap and a munmap here, for a quarter of the reads of a
+ * stream whose client is a little slower than its command.)
+ */
+let parkingBuffer: Buffer | undefined;
 
 /**
  * How long envd waits for a holder's HELLO after connecting. A live holder
@@ -68,18 +78,15 @@ export class HolderLink {
   private onHello: ((hello: Hello) => void) | undefined;
   /** Where in readBuffer the bytes read so far end. */
   private readEnd = 0;
-  /** Where the read under way lands: after readEnd, or a spare buffer while the room there is short. */
-  private readTarget: Buffer;
-  private readInSpare = false;
+  /** Whether the read under way lands in parkingBuffer (it was placed while reads were paused). */
+  private readParked = false;
   private onHelloMissing: (type: string) => void = () => {};
 
   private constructor(
     private readonly socket: Socket,
     /** Where reads land. */
     private readonly readBuffer: Buffer,
-  ) {
-    this.readTarget = readBuffer;
-  }
+  ) {}
 
   /**
    * One read from the socket, into the link's own buffer right after the bytes read before it, so a
@@ -87,8 +94,13 @@ export class HolderLink {
    * copied. Returns false to stop reading (Node's onread contract).
    */
   private onRead(n: number): boolean {
-    this.decoder.push(this.readTarget.subarray(0, n));
-    if (!this.readInSpare) this.readEnd += n;
+    if (this.readParked) {
+      // Reads resumed, so nothing is queued: what is left of a message moves to the front, the read after it.
+      this.compact();
+      parkingBuffer!.copy(this.readBuffer, this.readEnd, 0, n);
+    }
+    this.decoder.push(this.readBuffer.subarray(this.readEnd, this.readEnd + n));
+    this.readEnd += n;
     this.reading = true;
     try {
       return this.afterRead();
@@ -260,27 +272,29 @@ export class HolderLink {
       this.socket.pause();
       return;
     }
-    // What is left of a message moves to the front, but only between a read and the next one being
-    // placed (Node has taken the next read's buffer already when reads resume from elsewhere).
-    if (this.reading && this.readBuffer.length - this.readEnd < READ_ROOM_BYTES) {
-      const partial = this.decoder.takeBuffered();
-      partial.copy(this.readBuffer, 0);
-      this.decoder.push(this.readBuffer.subarray(0, partial.length));
-      this.readEnd = partial.length;
-    }
+    // Room for the next read, made only between a read and the next one being placed: Node has
+    // taken the next read's buffer already when reads resume from elsewhere.
+    if (this.reading && this.readBuffer.length - this.readEnd < READ_ROOM_BYTES) this.compact();
     this.readsPaused = false;
     this.socket.resume();
   }
 
+  /** Moves what is left of a message (nothing queued points into the buffer) to its front. */
+  private compact(): void {
+    const partial = this.decoder.takeBuffered();
+    partial.copy(this.readBuffer, 0);
+    this.decoder.push(this.readBuffer.subarray(0, partial.length));
+    this.readEnd = partial.length;
+  }
+
   /**
-   * Where the next read lands: after what was read, while there is room for a whole read there.
-   * Short of room (only while held, with queued messages pointing into the buffer), a spare buffer
-   * of its own: a message split across it is then copied by the decoder.
+   * Where the next read lands: right after what was read (a read's callback leaves room for a whole
+   * read there unless reads are paused), or, while paused with a message queued, the parking buffer.
    */
   private nextReadTarget(): Buffer {
-    this.readInSpare = this.readBuffer.length - this.readEnd < READ_ROOM_BYTES;
-    this.readTarget = this.readInSpare ? Buffer.allocUnsafe(READ_ROOM_BYTES) : this.readBuffer.subarray(this.readEnd);
-    return this.readTarget;
+    this.readParked = this.readsPaused;
+    if (!this.readParked) return this.readBuffer.subarray(this.readEnd);
+    return (parkingBuffer ??= Buffer.allocUnsafeSlow(READ_ROOM_BYTES));
   }
 }
 
