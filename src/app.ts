@@ -146,7 +146,7 @@ const hex = (digits: number) => Math.floor(Math.random() * 16 ** digits).toStrin
 const REQUEST_ID_PREFIX = `${hex(8)}-${hex(4)}-4${hex(3)}-${(8 + Math.floor(Math.random() * 4)).toString(16)}${hex(3)}-`;
 let requestCounter = Math.floor(Math.random() * 2 ** 40);
 
-export function looseUuid(): string {
+function looseUuid(): string {
   requestCounter = (requestCounter + 1) % 2 ** 48;
   return REQUEST_ID_PREFIX + requestCounter.toString(16).padStart(12, '0');
 }

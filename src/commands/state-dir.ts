@@ -64,7 +64,7 @@ export class StateDir {
     this.freeSlots.length = 0;
     this.nextFresh = 0;
     let from = 0;
-    for (const slot of [...[...this.usedSlots].sort((a, b) => a - b), USAGE_SLOTS]) {
+    for (const slot of [...this.usedSlots, USAGE_SLOTS].sort((a, b) => a - b)) {
       if (slot > from) this.zeroSlots(from, slot);
       from = slot + 1;
     }

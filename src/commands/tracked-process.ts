@@ -297,15 +297,14 @@ export class TrackedProcess {
         for (const [subscriber, state] of this.subscribers) if (state === 'syncing') this.startReplay(subscriber, message.logEnd);
         return;
       case 'data':
-        this.logEnd = message.logEnd;
-        if (this.live !== 'on') return;
-        for (const [subscriber, state] of this.subscribers) if (state === 'live') subscriber.push(message.stream, message.bytes);
-        this.updateFlow();
-        return;
       case 'text':
         this.logEnd = message.logEnd;
         if (this.live !== 'on') return;
-        for (const [subscriber, state] of this.subscribers) if (state === 'live') subscriber.pushText(message.stream, message.json);
+        for (const [subscriber, state] of this.subscribers) {
+          if (state !== 'live') continue;
+          if (message.type === 'data') subscriber.push(message.stream, message.bytes);
+          else subscriber.pushText(message.stream, message.json);
+        }
         this.updateFlow();
         return;
       case 'exit':

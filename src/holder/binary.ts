@@ -25,7 +25,8 @@ export function holderBinaryPath(stateDir: string): string {
   if (isSea()) {
     const hash = typeof ENVD_HOLDER_HASH === 'string' ? ENVD_HOLDER_HASH : undefined;
     // A restart of the same build finds it written: no copy of the 700 KB asset then.
-    if (hash && existsSync(holderAssetPath(stateDir, hash))) return holderAssetPath(stateDir, hash);
+    const written = hash && holderAssetPath(stateDir, hash);
+    if (written && existsSync(written)) return written;
     return writeHolderAsset(stateDir, new Uint8Array(getAsset(ASSET)), hash);
   }
   const candidates = [join(dirname(process.argv[1] ?? ''), 'envd-holder')];

@@ -67,6 +67,8 @@ _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "envd-holder assumes a
 enum { MSG_LIVE_ON = 0x01, MSG_LIVE_OFF = 0x02, MSG_STDIN = 0x03, MSG_STDIN_EOF = 0x04, MSG_RESIZE = 0x05 };
 enum { MSG_HELLO = 0x80, MSG_SYNC = 0x81, MSG_DATA = 0x82, MSG_ACK = 0x83, MSG_REAPED = 0x84, MSG_EXIT = 0x85, MSG_TEXT = 0x86 };
 enum { LIVE_FLAG_TEXT = 0x01 };
+/* What a LIVE client gets: nothing (LIVE off), DATA, or TEXT. One state, so LIVE_OFF cannot leave TEXT on. */
+enum { SEND_NOTHING = 0, SEND_DATA, SEND_TEXT };
 enum { ACK_OK = 0, ACK_NO_STDIN = 1, ACK_STDIN_CLOSED = 2, ACK_NOT_PTY = 3 };
 enum { TIER_MEMORY = 0, TIER_SPOOL = 1 };
 
@@ -108,7 +110,7 @@ static uint64_t segments_len;
 static int status_fd = -1; /* status.tmp, its space taken at start */
 
 /* ---- live client ---- */
-static int client_fd = -1, live, live_text;
+static int client_fd = -1, live; /* SEND_NOTHING, SEND_DATA or SEND_TEXT */
 /* For TEXT: each stream's decoder, and its last bytes to seed the decoder when LIVE goes on. */
 static struct utf8_state text_state[3];
 static unsigned char tail[3][3];
@@ -371,7 +373,7 @@ static void close_client(void) {
   if (client_fd < 0) return;
   close(client_fd);
   client_fd = -1;
-  live = live_text = 0;
+  live = SEND_NOTHING;
   ring_head = ring_len = 0; /* its unsent bytes go with it */
   in_start = in_len = 0;
   pend_active = 0; /* the rest of a half-written STDIN is dropped: nobody is left to ACK it */
@@ -479,9 +481,8 @@ static int handle_message(int type, const unsigned char *p, uint32_t len) {
   case MSG_LIVE_ON: {
     /* No payload (protocol 1), or one byte of flags: TEXT instead of DATA. */
     if (len > 1 || (len == 1 && (p[0] & ~LIVE_FLAG_TEXT))) return -1;
-    live = 1;
-    live_text = len == 1 && (p[0] & LIVE_FLAG_TEXT);
-    if (live_text)
+    live = len == 1 && (p[0] & LIVE_FLAG_TEXT) ? SEND_TEXT : SEND_DATA;
+    if (live == SEND_TEXT)
       for (int st = STREAM_STDOUT; st <= STREAM_STDERR; st++) utf8_seed(&text_state[st], tail[st], tail_len[st]);
     unsigned char s[8];
     put_u64(s, log_end());
@@ -490,7 +491,7 @@ static int handle_message(int type, const unsigned char *p, uint32_t len) {
   }
   case MSG_LIVE_OFF:
     if (len != 0) return -1;
-    live = live_text = 0;
+    live = SEND_NOTHING;
     return 0;
   case MSG_STDIN: {
     if (len < 4) return -1;
@@ -612,7 +613,7 @@ static void keep_and_send_text(int stream, size_t n) {
 /* How much to read: a CHUNK, or for TEXT 1/16 less (typical text, a few escapes per line, then goes out as one
    message) and no more than the ring can take at 6 bytes of text per byte (>= 10 KiB at LIVE_HIGH). */
 static size_t read_size(void) {
-  if (!(live && live_text)) return CHUNK;
+  if (live != SEND_TEXT) return CHUNK;
   size_t room = RING_CAP - ring_len, headers = 8 * DATA_HEADER;
   size_t fits = room > headers ? (room - headers) / JSON_TEXT_MAX_GROWTH : 0;
   return fits < CHUNK - CHUNK / 16 ? fits : CHUNK - CHUNK / 16;
@@ -625,7 +626,7 @@ static void read_source(struct source *s) {
   if (n < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) return;
   if (n <= 0) {
     /* A character left incomplete by the end of the stream is one U+FFFD, as a decoder's end() gives. */
-    if (client_fd >= 0 && live && live_text && text_state[s->stream].needed) {
+    if (client_fd >= 0 && live == SEND_TEXT && text_state[s->stream].needed) {
       utf8_reset(&text_state[s->stream]);
       queue_text(s->stream, put_replacement(tbuf + 9));
     }
@@ -636,7 +637,7 @@ static void read_source(struct source *s) {
     return;
   }
   remember_tail(s->stream, rbuf + 5, (size_t)n);
-  if (client_fd >= 0 && live && live_text) {
+  if (client_fd >= 0 && live == SEND_TEXT) {
     keep_and_send_text(s->stream, (size_t)n);
     return;
   }

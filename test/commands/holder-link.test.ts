@@ -5,6 +5,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { HolderLink } from '../../src/commands/holder-link.js';
+import { seededRandom as random } from '../helpers/random.js';
 
 // envd's end of a holder's live channel reads into one buffer of its own and
 // completes a message split between reads in place. A fake holder here sends
@@ -20,15 +21,6 @@ afterEach(() => {
   dir = undefined;
   server = undefined;
 });
-
-function random(seed: number): () => number {
-  return () => {
-    seed = (seed + 0x6d2b79f5) | 0;
-    let t = Math.imul(seed ^ (seed >>> 15), 1 | seed);
-    t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 function message(type: number, payload: Buffer): Buffer {
   const head = Buffer.alloc(5);

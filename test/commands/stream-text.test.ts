@@ -5,6 +5,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { collectEvents, readEvents, type SseEvent } from '../helpers/sse.js';
 import { useCommandServer } from '../helpers/command-user.js';
 import { waitFor } from '../helpers/proc.js';
+import { seededRandom as random } from '../helpers/random.js';
 
 // Live output reaches a stream already decoded and escaped by the holder
 // (TEXT messages); replayed output is decoded and escaped by envd. Both must
@@ -15,16 +16,6 @@ import { waitFor } from '../helpers/proc.js';
 const fixture = useCommandServer();
 
 const stdoutOf = (events: SseEvent[]) => events.filter((e) => e.event === 'stdout').map((e) => e.data.data).join('');
-
-/** A small deterministic generator (mulberry32), so a failure can be replayed. */
-function random(seed: number): () => number {
-  return () => {
-    seed = (seed + 0x6d2b79f5) | 0;
-    let t = Math.imul(seed ^ (seed >>> 15), 1 | seed);
-    t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 /** Bytes a decoder and an escaper can get wrong: controls, quotes, every UTF-8 length, and broken sequences. */
 const PIECES = [

@@ -8,7 +8,7 @@ import { isTempName } from '../../src/files/atomic-write.js';
 import { UPLOAD_LIMIT } from '../../src/files/upload.js';
 import { SPLICE_MIN_BYTES } from '../../src/files/upload-splice.js';
 import { isRoot, putRaw, sh, zeros } from '../helpers/files.js';
-import { countFds, waitFor } from '../helpers/proc.js';
+import { countFds, findReceivers, waitFor } from '../helpers/proc.js';
 import { useScratchServer } from '../helpers/scratch-server.js';
 
 const scratch = useScratchServer('envd-raw-');
@@ -16,6 +16,15 @@ const scratch = useScratchServer('envd-raw-');
 const sha256 = (bytes: Uint8Array) => createHash('sha256').update(bytes).digest('hex');
 const q = (path: string) => `path=${encodeURIComponent(path)}`;
 const temps = (d: string) => readdirSync(d).filter(isTempName);
+/** A PUT /files/raw declaring `length` bytes, for the caller to write (or not) and end or abort. */
+function openUpload(target: string, length: number) {
+  const req = request(`${scratch.server.url}/files/raw?${q(target)}`, {
+    method: 'PUT',
+    headers: { authorization: `Bearer ${scratch.server.token}`, 'content-type': 'application/octet-stream', 'content-length': String(length) },
+  });
+  req.on('error', () => {});
+  return req;
+}
 const upload = (path: string, body: Buffer, type = 'application/octet-stream') =>
   scratch.server.call('PUT', `/files/raw?${q(path)}`, undefined, { body: new Uint8Array(body), headers: { 'content-type': type } });
 
@@ -127,11 +136,7 @@ describe('PUT /files/raw and GET /files/raw', () => {
     const target = join(scratch.dir, 'aborted.bin');
     writeFileSync(target, 'old');
     const fdsBefore = countFds();
-    const req = request(`${scratch.server.url}/files/raw?${q(target)}`, {
-      method: 'PUT',
-      headers: { authorization: `Bearer ${scratch.server.token}`, 'content-type': 'application/octet-stream', 'content-length': String(10 * 1024 * 1024) },
-    });
-    req.on('error', () => {});
+    const req = openUpload(target, 10 * 1024 * 1024);
     req.write(Buffer.alloc(256 * 1024));
     await waitFor(() => temps(scratch.dir).length === 1, 5_000, 'the temp file to appear');
     req.destroy();
@@ -141,23 +146,10 @@ describe('PUT /files/raw and GET /files/raw', () => {
   });
 
   describe('bodies of SPLICE_MIN_BYTES and more, moved by the receiver (splice)', () => {
-    /** Pids of envd-holder --receive processes still alive. */
-    const receivers = () =>
-      readdirSync('/proc').filter((entry) => {
-        try {
-          return /^\d+$/.test(entry) && readFileSync(`/proc/${entry}/cmdline`, 'utf8').split('\0').includes('--receive');
-        } catch {
-          return false;
-        }
-      });
-
     /** PUT with node:http, writing the body in `pieces` with `pauseMs` between them; resolves with status, headers and body. */
     function put(target: string, body: Buffer, pieces = 1, pauseMs = 0): Promise<{ status: number; connection: string | undefined; body: string }> {
       return new Promise((resolve, reject) => {
-        const req = request(`${scratch.server.url}/files/raw?${q(target)}`, {
-          method: 'PUT',
-          headers: { authorization: `Bearer ${scratch.server.token}`, 'content-type': 'application/octet-stream', 'content-length': String(body.length) },
-        });
+        const req = openUpload(target, body.length);
         req.on('error', reject);
         req.on('response', (res) => {
           let text = '';
@@ -186,7 +178,7 @@ describe('PUT /files/raw and GET /files/raw', () => {
         expect(sha256(readFileSync(target))).toBe(sha256(bytes));
       }
       expect(temps(scratch.dir)).toEqual([]);
-      await waitFor(() => receivers().length === 0, 5_000, 'no receiver left');
+      await waitFor(() => findReceivers().length === 0, 5_000, 'no receiver left');
     });
 
     it('waits for a slow client between pieces, and the next request on a new connection works', async () => {
@@ -202,15 +194,11 @@ describe('PUT /files/raw and GET /files/raw', () => {
       const target = join(scratch.dir, 'aborted-splice.bin');
       writeFileSync(target, 'old');
       const fdsBefore = countFds();
-      const req = request(`${scratch.server.url}/files/raw?${q(target)}`, {
-        method: 'PUT',
-        headers: { authorization: `Bearer ${scratch.server.token}`, 'content-type': 'application/octet-stream', 'content-length': String(8 * 1024 * 1024) },
-      });
-      req.on('error', () => {});
+      const req = openUpload(target, 8 * 1024 * 1024);
       req.write(Buffer.alloc(2 * 1024 * 1024));
-      await waitFor(() => receivers().length === 1, 5_000, 'the receiver to start');
+      await waitFor(() => findReceivers().length === 1, 5_000, 'the receiver to start');
       req.destroy();
-      await waitFor(() => receivers().length === 0 && temps(scratch.dir).length === 0, 5_000, 'the receiver to end and the temp file to go');
+      await waitFor(() => findReceivers().length === 0 && temps(scratch.dir).length === 0, 5_000, 'the receiver to end and the temp file to go');
       expect(readFileSync(target, 'utf8')).toBe('old');
       await waitFor(() => countFds() <= fdsBefore, 5_000, 'fds back to where they were');
     });

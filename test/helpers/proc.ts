@@ -144,3 +144,14 @@ async function startListening(file: string, fixedArgs: string[], args: string[],
     },
   };
 }
+
+/** Pids of envd-holder --receive processes (the upload receiver, src/holder/receive.h) alive now. */
+export function findReceivers(): string[] {
+  return readdirSync('/proc').filter((entry) => {
+    try {
+      return /^\d+$/.test(entry) && readFileSync(`/proc/${entry}/cmdline`, 'utf8').split('\0').includes('--receive');
+    } catch {
+      return false;
+    }
+  });
+}
