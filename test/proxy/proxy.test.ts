@@ -1,5 +1,6 @@
 import { createHash, randomBytes } from 'node:crypto';
-import { chownSync, mkdtempSync, readdirSync, rmSync, truncateSync, writeFileSync } from 'node:fs';
+import { chownSync, mkdtempSync, readdirSync, readFileSync, rmSync, truncateSync, writeFileSync } from 'node:fs';
+import { Agent, request } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
@@ -7,7 +8,7 @@ import { JSON_BODY_LIMIT } from '../../src/app.js';
 import { isTempName } from '../../src/files/atomic-write.js';
 import { commandUser } from '../helpers/command-user.js';
 import { jsonHead, postJsonOverLimit, putChunkedOverLimit, putDeclaredOverLimit, sendWholeThenRead } from '../helpers/oversized.js';
-import { findProcesses, rssBytes, startEnvdProcess, waitFor, type EnvdProcess } from '../helpers/proc.js';
+import { findProcesses, findReceivers, rssBytes, startEnvdProcess, waitFor, type EnvdProcess } from '../helpers/proc.js';
 import { readEvents, type SseEvent } from '../helpers/sse.js';
 import { startNginx, type Nginx } from './nginx.js';
 
@@ -148,6 +149,57 @@ describe('envd behind nginx, prefix /sandboxes/<id> stripped', () => {
     expect(await json('GET', `/commands/${pid}/wait`)).toEqual({ status: 200, body: { stdout: '     1\thello\n', stderr: '', exit_code: 0 } });
   });
 
+  it('takes a 64 MiB upload with a Content-Length through the receiver (splice), and the client connection carries on', async () => {
+    // nginx passes the Content-Length on (request buffering off), so envd splices the body and answers
+    // `Connection: close`; nginx opens a new upstream connection and keeps the client's.
+    const target = join(dir, 'spliced.bin');
+    const bytes = randomBytes(64 * 1024 * 1024);
+    const agent = new Agent({ keepAlive: true, maxSockets: 1 });
+    const pid = envd.child.pid!;
+    const idle = rssBytes(pid);
+    let peak = idle;
+    let receiverSeen = false;
+    const sampler = setInterval(() => {
+      peak = Math.max(peak, rssBytes(pid));
+      receiverSeen ||= findReceivers().length > 0;
+    }, 20);
+    const put = (path: string, body: Buffer) =>
+      new Promise<{ status: number; text: string; socket: unknown }>((resolve, reject) => {
+        const req = request(`${nginx.url}/files/raw?path=${encodeURIComponent(path)}`, {
+          method: 'PUT',
+          agent,
+          headers: { authorization: `Bearer ${token}`, 'content-type': 'application/octet-stream', 'content-length': String(body.length) },
+        });
+        req.on('error', reject);
+        req.on('response', (res) => {
+          let text = '';
+          res.setEncoding('utf8').on('data', (chunk: string) => (text += chunk));
+          res.on('end', () => resolve({ status: res.statusCode!, text, socket: req.socket }));
+        });
+        // Written in 1 MiB pieces, so the receiver is at work while the sampler looks.
+        void (async () => {
+          for (let at = 0; at < body.length; at += 1024 * 1024) if (!req.write(body.subarray(at, at + 1024 * 1024))) await new Promise((r) => req.once('drain', r));
+          req.end();
+        })();
+      });
+    try {
+      const first = await put(target, bytes);
+      expect(first.status).toBe(200);
+      expect(JSON.parse(first.text)).toEqual({ path: target, size: bytes.length });
+      expect(createHash('sha256').update(readFileSync(target)).digest('hex')).toBe(createHash('sha256').update(bytes).digest('hex'));
+      // The next request goes over the same client connection to nginx.
+      const second = await put(join(dir, 'small.bin'), Buffer.from('small'));
+      expect(second.status).toBe(200);
+      expect(second.socket).toBe(first.socket);
+    } finally {
+      clearInterval(sampler);
+      agent.destroy();
+    }
+    console.log(`proxy 64 MiB spliced upload: envd RSS idle ${(idle / 2 ** 20).toFixed(1)} MiB, peak +${((peak - idle) / 2 ** 20).toFixed(1)} MiB`);
+    expect(receiverSeen).toBe(true);
+    expect(peak - idle).toBeLessThan(TRANSFER_RSS_BUDGET);
+  });
+
   it('uploads and downloads 200 MiB intact (sha256), Range included, with envd RSS bounded', async () => {
     const target = join(dir, 'big.bin');
     const size = 200 * 1024 * 1024;
@@ -281,3 +333,4 @@ describe('oversized bodies through the proxy: ten in a row, each a 413 { message
     expect(nginx.errorLog()).not.toMatch(/Broken pipe|Connection reset by peer|upstream prematurely closed connection while reading response header/);
   });
 });
+
