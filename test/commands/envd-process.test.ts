@@ -1,10 +1,11 @@
 import { randomBytes } from 'node:crypto';
 import { spawn } from 'node:child_process';
-import { readdirSync, readFileSync, readlinkSync } from 'node:fs';
+import { chownSync, readdirSync, readFileSync, readlinkSync } from 'node:fs';
 import { createInterface } from 'node:readline';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { findProcesses, rssBytes, startEnvdProcess, waitFor, type EnvdProcess } from '../helpers/proc.js';
 import { commandUser } from '../helpers/command-user.js';
+import { makeEnvdDirs } from '../helpers/server.js';
 import { isRoot } from '../helpers/users.js';
 import { collectEvents, readEvents } from '../helpers/sse.js';
 
@@ -26,7 +27,10 @@ const call = (path: string, body: unknown, init: RequestInit = {}) =>
 
 /** dist/envd.js run as the fixture user (through setpriv when the tests run as root), so envd itself is not root. */
 async function startUnprivilegedEnvd(): Promise<{ url: string; stop(): void }> {
-  const args = [`${process.cwd()}/dist/envd.js`, '--host', '127.0.0.1', '--port', '0'];
+  // Its own state and spool, the user's: its defaults would be /tmp/envd-<uid>, left behind for good.
+  const dirs = makeEnvdDirs();
+  if (isRoot()) chownSync(dirs.root, fixture.user.uid, fixture.user.gid);
+  const args = [`${process.cwd()}/dist/envd.js`, '--host', '127.0.0.1', '--port', '0', '--state-dir', dirs.stateDir, '--spool-dir', dirs.spoolDir];
   const env = { PATH: process.env.PATH, ENVD_ACCESS_TOKEN: TOKEN };
   const child = isRoot()
     ? spawn('setpriv', [`--reuid=${fixture.user.uid}`, `--regid=${fixture.user.gid}`, '--init-groups', '--', process.execPath, ...args], { env, stdio: ['ignore', 'pipe', 'inherit'] })
@@ -38,7 +42,13 @@ async function startUnprivilegedEnvd(): Promise<{ url: string; stop(): void }> {
       if (match) resolve(match[1]!);
     });
   });
-  return { url, stop: () => child.kill('SIGKILL') };
+  return {
+    url,
+    stop: () => {
+      child.kill('SIGKILL');
+      dirs.remove();
+    },
+  };
 }
 
 describe('envd as its own process', () => {
