@@ -41,6 +41,8 @@ export interface Config {
   readonly maxSpoolBytes: number;
   /** What a restarted envd needs to re-adopt its commands (tmpfs: survives a restart, not a reboot). */
   readonly stateDir: string;
+  /** A lone stream client's socket is lent to the command's holder, which writes the output to it itself. */
+  readonly directOutput: boolean;
   readonly logLevel: LogLevel;
 }
 
@@ -71,6 +73,8 @@ Options (each also read from the environment variable shown):
   --max-spool-bytes <n>       ENVD_MAX_SPOOL_BYTES    all spooled output together (default ${DEFAULT_MAX_SPOOL_BYTES})
   --state-dir <path>          ENVD_STATE_DIR          what a restarted envd re-adopts its commands from
                                                       (default /run/envd as root, else $XDG_RUNTIME_DIR/envd)
+  --direct-output <on|off>    ENVD_DIRECT_OUTPUT      a lone stream client gets the output from the holder
+                                                      directly, not through envd (default on)
   --log-level <level>         ENVD_LOG_LEVEL          ${LOG_LEVELS.join('|')} (default info)
   --help                      print this help and exit
   --version                   print the version and exit
@@ -87,6 +91,7 @@ const OPTIONS = {
   'spool-dir': { type: 'string', env: 'ENVD_SPOOL_DIR' },
   'max-spool-bytes': { type: 'string', env: 'ENVD_MAX_SPOOL_BYTES' },
   'state-dir': { type: 'string', env: 'ENVD_STATE_DIR' },
+  'direct-output': { type: 'string', env: 'ENVD_DIRECT_OUTPUT' },
   'log-level': { type: 'string', env: 'ENVD_LOG_LEVEL' },
   help: { type: 'boolean' },
   version: { type: 'boolean' },
@@ -141,6 +146,9 @@ export function parseCli(argv: string[], env: NodeJS.ProcessEnv): CliAction {
   const logLevel = read('log-level') ?? 'info';
   if (!(LOG_LEVELS as readonly string[]).includes(logLevel)) problems.push(`${describe('log-level')} must be one of ${LOG_LEVELS.join(', ')}, got ${JSON.stringify(logLevel)}`);
 
+  const directOutput = read('direct-output') ?? 'on';
+  if (directOutput !== 'on' && directOutput !== 'off') problems.push(`${describe('direct-output')} must be on or off, got ${JSON.stringify(directOutput)}`);
+
   const host = read('host') ?? '0.0.0.0';
   if (host.trim() === '') problems.push(`${describe('host')} must not be empty`);
 
@@ -178,6 +186,7 @@ export function parseCli(argv: string[], env: NodeJS.ProcessEnv): CliAction {
       spoolDir,
       maxSpoolBytes: maxSpool!,
       stateDir,
+      directOutput: directOutput === 'on',
       logLevel: logLevel as LogLevel,
     }),
   };

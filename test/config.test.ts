@@ -28,7 +28,7 @@ describe('parseCli', () => {
   it('has the contract defaults', () => {
     expect(run([])).toEqual({
       host: '0.0.0.0', port: 49983, accessToken: undefined, accessTokenFile: undefined, defaultUser: undefined,
-      defaultWorkdir: undefined, maxOutputBytes: DEFAULT_MAX_OUTPUT_BYTES, logLevel: 'info',
+      defaultWorkdir: undefined, maxOutputBytes: DEFAULT_MAX_OUTPUT_BYTES, logLevel: 'info', directOutput: true,
       outputMemoryBytes: 33554432, maxSpoolBytes: 1073741824, ...defaultDirs(process.getuid!(), {}),
     });
     expect(DEFAULT_MAX_OUTPUT_BYTES).toBe(67108864);
@@ -63,6 +63,12 @@ describe('parseCli', () => {
     const file = join(scratch, 'token');
     writeFileSync(file, 's3cret\n');
     expect(run(['--access-token-file', file], { ENVD_ACCESS_TOKEN: 'other' }).accessToken).toBe('s3cret');
+  });
+
+  it('turns direct output off, and takes only on or off', () => {
+    expect(run(['--direct-output', 'off']).directOutput).toBe(false);
+    expect(run([], { ENVD_DIRECT_OUTPUT: 'off' }).directOutput).toBe(false);
+    expect(problems(['--direct-output', 'no']).join('\n')).toMatch(/--direct-output.*on or off.*"no"/);
   });
 
   it('names every bad option at once', () => {

@@ -1,8 +1,13 @@
 import { createConnection, type Socket } from 'node:net';
 import {
+  DIRECT_SINCE_VERSION,
   MAX_MESSAGE_PAYLOAD,
   MessageDecoder,
   TEXT_SINCE_VERSION,
+  encodeDirectGo,
+  encodeDirectOff,
+  encodeDirectOn,
+  encodeDirectPing,
   encodeLiveOff,
   encodeLiveOn,
   encodeResize,
@@ -178,6 +183,28 @@ export class HolderLink {
 
   liveOff(): void {
     this.write(encodeLiveOff());
+  }
+
+  /** Whether the holder can be lent a stream client's socket (protocol 3). */
+  get lendsSockets(): boolean {
+    return this.version >= DIRECT_SINCE_VERSION;
+  }
+
+  /** Lends the holder fd `fd` of this process, a client's socket of inode `inode`; DIRECT_READY or DIRECT_ENDED answers. */
+  directOn(fd: number, inode: number, chunked: boolean): void {
+    this.write(encodeDirectOn(process.pid, fd, inode, chunked));
+  }
+
+  directGo(): void {
+    this.write(encodeDirectGo());
+  }
+
+  directOff(): void {
+    this.write(encodeDirectOff());
+  }
+
+  directPing(): void {
+    this.write(encodeDirectPing());
   }
 
   /** Writes to the command's stdin (or terminal) in pieces the holder accepts; resolves when all were written. */

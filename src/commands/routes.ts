@@ -44,7 +44,7 @@ const NOT_FOUND_RESULT = { stdout: '', stderr: 'process not found', exit_code: 1
 
 const timeoutMs = (seconds: number | undefined) => Math.ceil((seconds ?? 0) * 1000);
 
-export const commandRoutes: FastifyPluginAsyncTypebox<CommandRoutesOptions> = async (app, { state, processes }) => {
+export const commandRoutes: FastifyPluginAsyncTypebox<CommandRoutesOptions> = async (app, { config, state, processes }) => {
   const tracked = (pid: string): TrackedProcess => {
     const proc = processes.get(Number(pid));
     if (!proc) throw notFound(`pid ${pid} is not tracked`);
@@ -93,7 +93,7 @@ export const commandRoutes: FastifyPluginAsyncTypebox<CommandRoutesOptions> = as
       // The stream owns the command: forgotten once it has ended and the stream is over (sent out, or cut by the client).
       const streamOver = new Promise((resolve) => reply.raw.once('close', resolve));
       void Promise.all([proc.finished, streamOver]).then(() => processes.forget(proc.pid, proc));
-      await streamProcess(request, reply, proc, { killOnDisconnect: true });
+      await streamProcess(request, reply, proc, { killOnDisconnect: true, lendSocket: config.directOutput });
     },
   );
 
@@ -122,7 +122,7 @@ export const commandRoutes: FastifyPluginAsyncTypebox<CommandRoutesOptions> = as
     async (request, reply) => {
       const proc = tracked(request.params.pid);
       // An attacher only watches: its leaving never kills the command.
-      await streamProcess(request, reply, proc, { killOnDisconnect: false });
+      await streamProcess(request, reply, proc, { killOnDisconnect: false, lendSocket: config.directOutput });
     },
   );
 

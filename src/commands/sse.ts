@@ -1,14 +1,26 @@
 import { createSession, type Session } from 'better-sse';
 import type { FastifyReply, FastifyRequest } from 'fastify';
+import { fstatSync } from 'node:fs';
 import type { ServerResponse } from 'node:http';
 import { StringDecoder } from 'node:string_decoder';
 import type { StreamName } from '../holder/protocol.js';
 import type { KeptLog } from './kept-log.js';
 import type { ExitInfo } from './schemas.js';
-import type { OutputSubscriber, TrackedProcess } from './tracked-process.js';
+import type { LendableSocket, OutputSubscriber, TrackedProcess } from './tracked-process.js';
+
+/** The inode of fd `fd` (a socket's, in sockfs), or undefined if the fd is no longer open. */
+function inodeOf(fd: number): number | undefined {
+  try {
+    return fstatSync(fd).ino;
+  } catch {
+    return undefined;
+  }
+}
 
 /** A comment line goes out this often, so proxies do not close a quiet stream. */
 export const KEEP_ALIVE_MS = 15_000;
+/** What a keep-alive is (better-sse's empty comment; the holder writes the same on a lent socket). */
+const KEEP_ALIVE_COMMENT = ':\n\n';
 
 /** What goes around a holder's TEXT (already the inside of a JSON string) to make an output event. */
 const TEXT_PREFIX = {
@@ -47,7 +59,12 @@ function giveEventBuffer(buffer: Buffer): void {
  * `killOnDisconnect`: the client owns the command (POST /commands/stream),
  * so its going away kills the command; an attacher's does not.
  */
-export async function streamProcess(request: FastifyRequest, reply: FastifyReply, proc: TrackedProcess, { killOnDisconnect }: { killOnDisconnect: boolean }): Promise<void> {
+export async function streamProcess(
+  request: FastifyRequest,
+  reply: FastifyReply,
+  proc: TrackedProcess,
+  { killOnDisconnect, lendSocket }: { killOnDisconnect: boolean; lendSocket: boolean },
+): Promise<void> {
   const headers = stringHeaders(reply);
   reply.hijack();
   const res = reply.raw;
@@ -67,7 +84,8 @@ export async function streamProcess(request: FastifyRequest, reply: FastifyReply
   let session: Session;
   try {
     session = await createSession(request.raw, res, {
-      keepAlive: KEEP_ALIVE_MS,
+      // Ours (SseSubscriber): while the holder writes to the socket, envd must not.
+      keepAlive: null,
       // Reconnecting would run the command again (POST) or miss output: no retry hint.
       retry: null,
       headers,
@@ -79,7 +97,7 @@ export async function streamProcess(request: FastifyRequest, reply: FastifyReply
     return;
   }
   if (closed || res.destroyed) return onClose();
-  subscriber = new SseSubscriber(session, res, proc, request.log);
+  subscriber = new SseSubscriber(session, res, proc, request.log, lendSocket);
   subscriber.write('start', { pid: proc.pid });
   proc.subscribe(subscriber);
 }
@@ -96,18 +114,32 @@ class SseSubscriber implements OutputSubscriber {
   /** Per stream: the holder decodes from here on (its first TEXT has arrived), not `decoders`. */
   private readonly decodedByHolder = { stdout: false, stderr: false };
   private wakeReplay: (() => void) | undefined;
+  /** The holder writes to the socket (lend()): nothing may be written here until reclaim(). */
+  private lent = false;
+  /** Writes not yet handed to the socket, and who waits for them to be (lend()). */
+  private unflushed = 0;
+  private onFlushed: (() => void) | undefined;
+  private readonly keepAlive: NodeJS.Timeout;
 
   constructor(
     private readonly session: Session,
     private readonly res: ServerResponse,
     private readonly proc: TrackedProcess,
     private readonly log: FastifyRequest['log'],
+    private readonly mayLend: boolean,
   ) {
     res.on('drain', () => {
       this.wakeReplay?.();
       if (!this.backedUp) this.proc.subscriberDrained();
     });
-    res.once('close', () => this.wakeReplay?.());
+    res.once('close', () => {
+      clearInterval(this.keepAlive);
+      this.wakeReplay?.();
+    });
+    this.keepAlive = setInterval(() => {
+      if (this.lent) this.proc.keepLentSocketAlive();
+      else this.send(KEEP_ALIVE_COMMENT);
+    }, KEEP_ALIVE_MS);
   }
 
   get backedUp(): boolean {
@@ -123,12 +155,35 @@ class SseSubscriber implements OutputSubscriber {
     if (text !== '') this.writeOutput(stream, text);
   }
 
+  lendableSocket(): LendableSocket | undefined {
+    const socket = this.res.socket;
+    // Plain TCP or a unix socket only: on TLS the bytes on the fd are not the stream's.
+    // Both are Node internals (the handle's fd, how the response frames its body): without them, no lending.
+    const fd = (socket as unknown as { _handle?: { fd?: unknown } } | null)?._handle?.fd;
+    const chunked = (this.res as unknown as { chunkedEncoding?: unknown }).chunkedEncoding;
+    if (!this.mayLend || !socket || this.res.destroyed || 'encrypted' in socket || typeof fd !== 'number' || fd < 0 || typeof chunked !== 'boolean') return undefined;
+    // The holder checks the inode: by the time it takes the fd, the number may belong to another connection.
+    const inode = inodeOf(fd);
+    return inode === undefined ? undefined : { fd, inode, chunked };
+  }
+
+  lend(flushed: () => void): void {
+    this.handDecodingToHolder('stdout');
+    this.handDecodingToHolder('stderr');
+    this.lent = true;
+    if (this.unflushed === 0) flushed();
+    else this.onFlushed = flushed;
+  }
+
+  reclaim(intact: boolean): void {
+    this.lent = false;
+    this.onFlushed = undefined;
+    // Cut inside an event or chunk: ending the connection is all that is left to say.
+    if (!intact) this.res.destroy();
+  }
+
   pushText(stream: StreamName, json: Buffer): void {
-    if (!this.decodedByHolder[stream]) {
-      // A character the replay left incomplete is the holder's to finish (or replace) now: drop our part of it.
-      this.decodedByHolder[stream] = true;
-      this.decoders[stream] = new StringDecoder('utf8');
-    }
+    this.handDecodingToHolder(stream);
     if (json.length === 0) return;
     // One event, one write; `json` points into the link's read buffer and is copied here.
     const prefix = TEXT_PREFIX[stream];
@@ -138,12 +193,20 @@ class SseSubscriber implements OutputSubscriber {
     json.copy(event, prefix.length);
     TEXT_SUFFIX.copy(event, prefix.length + json.length);
     // Back to the pool once written (or failed): only then has the socket let go of it.
-    this.res.write(event.subarray(0, length), () => {
+    this.send(event.subarray(0, length), () => {
       if (event.length === EVENT_BUFFER_BYTES) giveEventBuffer(event);
     });
   }
 
+  /** A character the replay left incomplete is the holder's to finish (or replace) from now on: our part of it goes. */
+  private handDecodingToHolder(stream: StreamName): void {
+    if (this.decodedByHolder[stream]) return;
+    this.decodedByHolder[stream] = true;
+    this.decoders[stream] = new StringDecoder('utf8');
+  }
+
   finish(exit: ExitInfo): void {
+    clearInterval(this.keepAlive);
     if (!this.session.isConnected) return;
     for (const stream of ['stdout', 'stderr'] as const) {
       const rest = this.decoders[stream].end();
@@ -156,11 +219,30 @@ class SseSubscriber implements OutputSubscriber {
   write(event: string, data: unknown): void {
     // Exactly `event:` and one JSON `data:` line (no id). Written directly:
     // event names are constants and JSON text never holds a raw newline.
-    this.res.write(`event: ${event}\ndata: ${JSON.stringify(data)}\n\n`);
+    this.send(`event: ${event}\ndata: ${JSON.stringify(data)}\n\n`);
   }
 
   private writeOutput(stream: StreamName, text: string): void {
-    this.res.write(`event: ${stream}\ndata: {"stream":"${stream}","data":${JSON.stringify(text)}}\n\n`);
+    this.send(`event: ${stream}\ndata: {"stream":"${stream}","data":${JSON.stringify(text)}}\n\n`);
+  }
+
+  /** Every write to the socket: counted until the socket has it, so lend() knows when all is out. */
+  private send(chunk: string | Buffer, written?: () => void): void {
+    if (this.lent) {
+      // Cannot happen by design (the holder gives the socket back before EXIT); a cut stream beats a corrupt one.
+      this.log.error({ pid: this.proc.pid }, 'envd wrote to a stream socket lent to the holder: ending the stream');
+      this.res.destroy();
+      return;
+    }
+    this.unflushed++;
+    this.res.write(chunk, () => {
+      written?.();
+      if (--this.unflushed === 0 && this.onFlushed) {
+        const flushed = this.onFlushed;
+        this.onFlushed = undefined;
+        flushed();
+      }
+    });
   }
 
   /** Replays the log one read at a time, waiting for the socket to drain between reads. */

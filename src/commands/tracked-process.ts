@@ -37,9 +37,37 @@ export interface OutputSubscriber {
   finish(exit: ExitInfo): void;
   /** True while it holds output it could not yet write; the command is paused meanwhile. */
   readonly backedUp: boolean;
+  /** The client's socket, if the holder may write this subscriber's live output to it itself. */
+  lendableSocket(): LendableSocket | undefined;
+  /** Writes nothing from now on; calls `flushed` once all it wrote before has gone to the socket. */
+  lend(flushed: () => void): void;
+  /**
+   * The socket is the subscriber's to write again: all output up to here is on it, or (`intact` false)
+   * the holder vanished while writing and the stream may end inside an event.
+   */
+  reclaim(intact: boolean): void;
+}
+
+/** A socket of envd's process, by fd, and how its response frames a body (HTTP chunks or none). */
+export interface LendableSocket {
+  fd: number;
+  /** Which socket the fd is now: the holder takes it only if it is still this one. */
+  inode: number;
+  chunked: boolean;
 }
 
 type SubscriberState = 'syncing' | 'replaying' | 'live';
+
+/**
+ * A lent socket (the holder's direct output, docs/holder-protocol.md): asked for (TEXT still comes), ready
+ * (the subscriber flushes what it wrote), on (the holder writes), ending (asked back; DIRECT_ENDED to come).
+ */
+interface Lent {
+  subscriber: OutputSubscriber;
+  state: 'asked' | 'ready' | 'on' | 'ending';
+  /** GO was sent: the holder may have written to the socket. */
+  went: boolean;
+}
 
 export interface TrackedProcessInit {
   id: string;
@@ -85,6 +113,9 @@ export class TrackedProcess {
   private truncation: Truncation = { stdout: false, stderr: false };
   private live: 'off' | 'syncing' | 'on' = 'off';
   private readonly subscribers = new Map<OutputSubscriber, SubscriberState>();
+  private lent: Lent | undefined;
+  /** The holder could not take a socket once (not allowed to, e.g. envd runs unprivileged): not asked again. */
+  private lendingRefused = false;
   private timedOut = false;
   private detached = false;
   private timeoutTimer: NodeJS.Timeout | undefined;
@@ -148,6 +179,9 @@ export class TrackedProcess {
     if (this.live === 'off') {
       this.live = 'syncing';
       this.link?.liveOn();
+    } else if (this.lent) {
+      // Output may be on the lent socket past logEnd: the replay starts where DIRECT_ENDED says it is.
+      this.askBack();
     } else if (this.live === 'on') {
       // Between two messages: everything up to logEnd is in the log, everything after comes live.
       this.startReplay(subscriber, this.logEnd);
@@ -157,10 +191,15 @@ export class TrackedProcess {
   unsubscribe(subscriber: OutputSubscriber): void {
     if (!this.subscribers.delete(subscriber)) return;
     if (this.subscribers.size === 0 && this.live !== 'off') {
+      // LIVE_OFF takes a lent socket back too, without a DIRECT_ENDED.
       this.live = 'off';
+      this.lent = undefined;
       this.link?.liveOff();
+    } else if (this.lent?.subscriber === subscriber) {
+      this.askBack();
     }
     this.updateFlow();
+    this.lendIfAlone();
   }
 
   /** A subscriber has replayed the log: it follows live output from here (or ends, if the command has). */
@@ -173,6 +212,64 @@ export class TrackedProcess {
     }
     this.subscribers.set(subscriber, 'live');
     this.updateFlow();
+    this.lendIfAlone();
+  }
+
+  /** envd's keep-alive for a lent socket, which only the holder may write to now. */
+  keepLentSocketAlive(): void {
+    if (this.lent?.state === 'on') this.link?.directPing();
+  }
+
+  /**
+   * One caught-up subscriber alone: its socket is lent to the holder, which writes the live output
+   * to it directly (two kernel copies and envd's event loop fewer per event). Not while anyone
+   * else follows the command: they get TEXT, and one writer per socket is the rule.
+   */
+  private lendIfAlone(): void {
+    if (this.lent || this.lendingRefused || this.live !== 'on' || this.subscribers.size !== 1) return;
+    const link = this.link;
+    if (!link || link.closed || !link.lendsSockets) return;
+    const [subscriber, state] = this.subscribers.entries().next().value!;
+    if (state !== 'live') return;
+    const socket = subscriber.lendableSocket();
+    if (!socket) return;
+    this.lent = { subscriber, state: 'asked', went: false };
+    link.directOn(socket.fd, socket.inode, socket.chunked);
+  }
+
+  /** Asks for the lent socket back; DIRECT_ENDED (always answered) gives it back and replays for newcomers. */
+  private askBack(): void {
+    if (!this.lent || this.lent.state === 'ending') return;
+    this.lent.state = 'ending';
+    this.link?.directOff();
+  }
+
+  private onDirectReady(): void {
+    const lent = this.lent;
+    if (lent?.state !== 'asked') return; // asked back meanwhile: DIRECT_ENDED follows
+    lent.state = 'ready';
+    lent.subscriber.lend(() => {
+      if (this.lent !== lent || lent.state !== 'ready') return;
+      lent.state = 'on';
+      lent.went = true;
+      this.link?.directGo();
+    });
+  }
+
+  private onDirectEnded(logEnd: number, reason: string): void {
+    const lent = this.lent;
+    if (!lent) return; // LIVE_OFF forgot it first
+    this.lent = undefined;
+    this.logEnd = logEnd;
+    if (reason === 'refused') {
+      this.lendingRefused = true;
+      this.logger.info({ pid: this.pid }, 'the holder could not take the stream socket: envd writes the output');
+    }
+    if (this.subscribers.has(lent.subscriber)) lent.subscriber.reclaim(true);
+    for (const [subscriber, state] of this.subscribers) if (state === 'syncing') this.startReplay(subscriber, logEnd);
+    this.updateFlow();
+    // A client that failed is about to go ('close' follows): it is not asked again. Anyone else alone may be.
+    if (reason !== 'failed') this.lendIfAlone();
   }
 
   /** A subscriber's socket drained: the command may run again if nobody else is behind. */
@@ -307,6 +404,12 @@ export class TrackedProcess {
         }
         this.updateFlow();
         return;
+      case 'direct-ready':
+        this.onDirectReady();
+        return;
+      case 'direct-ended':
+        this.onDirectEnded(message.logEnd, message.reason);
+        return;
       case 'exit':
         this.reaped = true;
         this.logEnd = message.logEnd;
@@ -335,6 +438,10 @@ export class TrackedProcess {
 
   private async onHolderGone(): Promise<void> {
     this.link = undefined;
+    // The holder's copy of a lent socket closed with it; output it did not write is in the log.
+    const lent = this.lent;
+    this.lent = undefined;
+    if (lent && this.subscribers.has(lent.subscriber)) lent.subscriber.reclaim(!lent.went);
     clearTimeout(this.timeoutTimer);
     // Without an EXIT the holder died early (killed): its status file, if any, says how the command ended.
     if (this.running) await this.complete();

@@ -37,13 +37,14 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "direct.h"
 #include "json-text.h"
 #include "receive.h"
 
 /* The usage file and the wire are little endian; the holder stores native u64s into the usage file. */
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "envd-holder assumes a little-endian machine");
 
-#define PROTOCOL_VERSION 2
+#define PROTOCOL_VERSION 3
 #define CHUNK 65536                      /* one read(2) from the command */
 #define MAX_IN_PAYLOAD 65536             /* largest payload envd may send */
 #define LIVE_HIGH (256 * 1024)           /* unsent bytes above which output is no longer read (LIVE on) */
@@ -64,11 +65,18 @@ _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "envd-holder assumes a
 #define STREAM_STDOUT 1
 #define STREAM_STDERR 2
 
-enum { MSG_LIVE_ON = 0x01, MSG_LIVE_OFF = 0x02, MSG_STDIN = 0x03, MSG_STDIN_EOF = 0x04, MSG_RESIZE = 0x05 };
-enum { MSG_HELLO = 0x80, MSG_SYNC = 0x81, MSG_DATA = 0x82, MSG_ACK = 0x83, MSG_REAPED = 0x84, MSG_EXIT = 0x85, MSG_TEXT = 0x86 };
+enum { MSG_LIVE_ON = 0x01, MSG_LIVE_OFF = 0x02, MSG_STDIN = 0x03, MSG_STDIN_EOF = 0x04, MSG_RESIZE = 0x05,
+       MSG_DIRECT_ON = 0x06, MSG_DIRECT_GO = 0x07, MSG_DIRECT_OFF = 0x08, MSG_DIRECT_PING = 0x09 };
+enum { MSG_HELLO = 0x80, MSG_SYNC = 0x81, MSG_DATA = 0x82, MSG_ACK = 0x83, MSG_REAPED = 0x84, MSG_EXIT = 0x85, MSG_TEXT = 0x86,
+       MSG_DIRECT_READY = 0x87, MSG_DIRECT_ENDED = 0x88 };
 enum { LIVE_FLAG_TEXT = 0x01 };
-/* What a LIVE client gets: nothing (LIVE off), DATA, or TEXT. One state, so LIVE_OFF cannot leave TEXT on. */
-enum { SEND_NOTHING = 0, SEND_DATA, SEND_TEXT };
+/*
+ * What a LIVE client gets: nothing (LIVE off), DATA, or TEXT; or, while its stream client's socket is lent
+ * (direct.h), nothing yet (DIRECT_WAIT: envd still writes what it has) and then events on that socket
+ * (DIRECT). One state, so LIVE_OFF cannot leave TEXT or the socket on.
+ */
+enum { SEND_NOTHING = 0, SEND_DATA, SEND_TEXT, SEND_DIRECT_WAIT, SEND_DIRECT };
+enum { DIRECT_ENDED_OFF = 0, DIRECT_ENDED_REFUSED = 1, DIRECT_ENDED_FAILED = 2 };
 enum { ACK_OK = 0, ACK_NO_STDIN = 1, ACK_STDIN_CLOSED = 2, ACK_NOT_PTY = 3 };
 enum { TIER_MEMORY = 0, TIER_SPOOL = 1 };
 
@@ -141,6 +149,7 @@ static void put_u16(unsigned char *p, uint16_t v) { p[0] = v & 0xff; p[1] = v >>
 static void put_u32(unsigned char *p, uint32_t v) { for (int i = 0; i < 4; i++) p[i] = (v >> (8 * i)) & 0xff; }
 static void put_u64(unsigned char *p, uint64_t v) { for (int i = 0; i < 8; i++) p[i] = (v >> (8 * i)) & 0xff; }
 static uint32_t get_u32(const unsigned char *p) { return p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24; }
+static uint64_t get_u64(const unsigned char *p) { return get_u32(p) | (uint64_t)get_u32(p + 4) << 32; }
 static uint16_t get_u16(const unsigned char *p) { return p[0] | (uint16_t)(p[1] << 8); }
 
 /* For blocking fds (files, the final flush): a partial write is continued, EINTR retried. */
@@ -369,11 +378,15 @@ static void keep_chunk(int stream, unsigned char *data, size_t n) {
 
 /* ---- the live client ---- */
 
+static int direct_closing; /* DIRECT_OFF came while an event was half written: the socket goes back once it is out */
+
 static void close_client(void) {
   if (client_fd < 0) return;
   close(client_fd);
   client_fd = -1;
   live = SEND_NOTHING;
+  direct_close(); /* a lent socket goes with envd: its client must see the end when envd's copy closes */
+  direct_closing = 0;
   ring_head = ring_len = 0; /* its unsent bytes go with it */
   in_start = in_len = 0;
   pend_active = 0; /* the rest of a half-written STDIN is dropped: nobody is left to ACK it */
@@ -417,6 +430,24 @@ static void queue_hello(void) {
   p[16] = (unsigned char)truncated[STREAM_STDERR];
   put_u64(p + 17, log_end());
   queue(MSG_HELLO, p, sizeof p, NULL, 0);
+}
+
+/* Gives the lent socket back (envd may write to it from DIRECT_ENDED on); later output goes to envd as TEXT. */
+static void end_direct(int reason) {
+  direct_close();
+  direct_closing = 0;
+  live = SEND_TEXT;
+  unsigned char p[9];
+  put_u64(p, log_end());
+  p[8] = (unsigned char)reason;
+  queue(MSG_DIRECT_ENDED, p, sizeof p, NULL, 0);
+}
+
+/* Continues the pending event; the socket goes back once it is out if envd asked for it, or at once on an error. */
+static void write_direct(void) {
+  int r = direct_flush();
+  if (r < 0) end_direct(DIRECT_ENDED_FAILED);
+  else if (r > 0 && direct_closing) end_direct(DIRECT_ENDED_OFF);
 }
 
 /* Sends what the socket takes now; never waits (the socket is non-blocking). */
@@ -481,6 +512,7 @@ static int handle_message(int type, const unsigned char *p, uint32_t len) {
   case MSG_LIVE_ON: {
     /* No payload (protocol 1), or one byte of flags: TEXT instead of DATA. */
     if (len > 1 || (len == 1 && (p[0] & ~LIVE_FLAG_TEXT))) return -1;
+    direct_close();
     live = len == 1 && (p[0] & LIVE_FLAG_TEXT) ? SEND_TEXT : SEND_DATA;
     if (live == SEND_TEXT)
       for (int st = STREAM_STDOUT; st <= STREAM_STDERR; st++) utf8_seed(&text_state[st], tail[st], tail_len[st]);
@@ -492,6 +524,49 @@ static int handle_message(int type, const unsigned char *p, uint32_t len) {
   case MSG_LIVE_OFF:
     if (len != 0) return -1;
     live = SEND_NOTHING;
+    direct_close(); /* nobody follows the output any more: envd has forgotten the lent socket too */
+    direct_closing = 0;
+    return 0;
+  case MSG_DIRECT_ON: {
+    /*
+     * envd's pid, the fd of the client's socket in envd, that socket's inode, flags (bit 0: chunked). Only a
+     * caught-up TEXT client is lent one. Not allowed: envd stops asking; gone: that client is leaving.
+     */
+    if (len != 17) return -1;
+    int fd = -1;
+    int taken = live != SEND_TEXT ? DIRECT_GONE : direct_take((pid_t)get_u32(p), (int)get_u32(p + 4), get_u64(p + 8), &fd);
+    if (taken != DIRECT_TAKEN) {
+      unsigned char e[9];
+      put_u64(e, log_end());
+      e[8] = taken == DIRECT_NOT_ALLOWED ? DIRECT_ENDED_REFUSED : DIRECT_ENDED_FAILED;
+      queue(MSG_DIRECT_ENDED, e, sizeof e, NULL, 0);
+      return 0;
+    }
+    direct.fd = fd;
+    direct.chunked = p[16] & 1;
+    direct.left = 0;
+    /* No output is read until GO: envd first writes the TEXT sent before READY. */
+    live = SEND_DIRECT_WAIT;
+    queue(MSG_DIRECT_READY, NULL, 0, NULL, 0);
+    return 0;
+  }
+  case MSG_DIRECT_GO:
+    if (len != 0) return -1;
+    if (live == SEND_DIRECT_WAIT) live = SEND_DIRECT;
+    return 0;
+  case MSG_DIRECT_OFF:
+    /* Late (the socket already went back after an error) is not an error: that DIRECT_ENDED answers it. */
+    if (len != 0) return -1;
+    if (live == SEND_DIRECT && direct.left > 0) direct_closing = 1;
+    else if (live == SEND_DIRECT || live == SEND_DIRECT_WAIT) end_direct(DIRECT_ENDED_OFF);
+    return 0;
+  case MSG_DIRECT_PING:
+    /* envd's keep-alive, which it cannot write itself now; output on its way keeps the connection alive anyway. */
+    if (len != 0) return -1;
+    if (live == SEND_DIRECT && direct.left == 0) {
+      direct_frame(0, 0);
+      write_direct();
+    }
     return 0;
   case MSG_STDIN: {
     if (len < 4) return -1;
@@ -610,9 +685,19 @@ static void keep_and_send_text(int stream, size_t n) {
   }
 }
 
+/* A chunk for the lent socket: one read is always one event (its text fits), kept before it goes out. */
+static void keep_and_write_direct(int stream, size_t n) {
+  size_t used;
+  size_t len = json_text(&text_state[stream], rbuf + 5, n, direct_text(), DIRECT_TEXT_CAP, &used);
+  keep_chunk(stream, rbuf + 5, used);
+  direct_frame(stream, len);
+  write_direct();
+}
+
 /* How much to read: a CHUNK, or for TEXT 1/16 less (typical text, a few escapes per line, then goes out as one
    message) and no more than the ring can take at 6 bytes of text per byte (>= 10 KiB at LIVE_HIGH). */
 static size_t read_size(void) {
+  if (live == SEND_DIRECT) return DIRECT_READ;
   if (live != SEND_TEXT) return CHUNK;
   size_t room = RING_CAP - ring_len, headers = 8 * DATA_HEADER;
   size_t fits = room > headers ? (room - headers) / JSON_TEXT_MAX_GROWTH : 0;
@@ -626,9 +711,14 @@ static void read_source(struct source *s) {
   if (n < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) return;
   if (n <= 0) {
     /* A character left incomplete by the end of the stream is one U+FFFD, as a decoder's end() gives. */
-    if (client_fd >= 0 && live == SEND_TEXT && text_state[s->stream].needed) {
+    if (client_fd >= 0 && (live == SEND_TEXT || live == SEND_DIRECT) && text_state[s->stream].needed) {
       utf8_reset(&text_state[s->stream]);
-      queue_text(s->stream, put_replacement(tbuf + 9));
+      if (live == SEND_TEXT) {
+        queue_text(s->stream, put_replacement(tbuf + 9));
+      } else {
+        direct_frame(s->stream, put_replacement(direct_text()));
+        write_direct();
+      }
     }
     /* EOF; EIO is how a pty master says no process holds the slave any more. */
     s->eof = 1;
@@ -641,13 +731,27 @@ static void read_source(struct source *s) {
     keep_and_send_text(s->stream, (size_t)n);
     return;
   }
+  if (client_fd >= 0 && live == SEND_DIRECT) {
+    keep_and_write_direct(s->stream, (size_t)n);
+    return;
+  }
   keep_chunk(s->stream, rbuf + 5, (size_t)n);
-  if (client_fd >= 0 && live) {
+  if (client_fd >= 0 && live == SEND_DATA) {
     unsigned char h[9];
     h[0] = (unsigned char)s->stream;
     put_u64(h + 1, log_end());
     queue(MSG_DATA, h, sizeof h, rbuf + 5, (size_t)n);
   }
+}
+
+/*
+ * Back-pressure: with LIVE on and the client behind, the command's output waits in its pipe; so it does
+ * while a lent socket is not yet to be written (DIRECT_WAIT) or has not taken the last event.
+ */
+static int output_held(void) {
+  if (client_fd < 0) return 0;
+  if (live == SEND_DIRECT_WAIT || (live == SEND_DIRECT && direct.left > 0)) return 1;
+  return live && ring_len > LIVE_HIGH;
 }
 
 static void reap(void) {
@@ -883,6 +987,8 @@ static void finish(void) {
   unlink(sock_path);
   close(listen_fd);
   if (client_fd < 0) exit(0);
+  /* All output is on the lent socket (the main loop finished its last event): it goes back before EXIT. */
+  if (live == SEND_DIRECT || live == SEND_DIRECT_WAIT) end_direct(DIRECT_ENDED_OFF);
   unsigned char p[18];
   put_u32(p, (uint32_t)exit_code);
   put_u32(p + 4, (uint32_t)exit_signal);
@@ -913,21 +1019,22 @@ int main(int argc, char **argv) {
 
     int open_sources = 0;
     for (int i = 0; i < source_count; i++) open_sources += !sources[i].eof;
-    if (reaped && (open_sources == 0 || grace_used >= GRACE_MS)) break;
+    /* A half-written event on the lent socket is finished first: EXIT must follow all output there. */
+    int direct_pending = client_fd >= 0 && live == SEND_DIRECT && direct.left > 0;
+    if (reaped && (open_sources == 0 || grace_used >= GRACE_MS) && !direct_pending) break;
 
     /* Flush first: what it frees may let buffered messages be handled before deciding whether to read more. */
     if (client_fd >= 0 && ring_len > 0) flush_client();
     process_messages();
 
     struct pollfd fds[7];
-    int nfds = 0, i_listen = -1, i_signal = -1, i_client = -1, i_stdin = -1, i_src[2] = { -1, -1 };
+    int nfds = 0, i_listen = -1, i_signal = -1, i_client = -1, i_stdin = -1, i_direct = -1, i_src[2] = { -1, -1 };
     int timeout = -1;
     if (accept_resume && t >= accept_resume) accept_resume = 0;
     if (!accept_resume) { i_listen = nfds; fds[nfds++] = (struct pollfd){ listen_fd, POLLIN, 0 }; }
     else timeout = (int)(accept_resume - t);
     if (!reaped) { i_signal = nfds; fds[nfds++] = (struct pollfd){ signal_fd, POLLIN, 0 }; }
-    /* Back-pressure: with LIVE on and the client behind, the command's output waits in its pipe. */
-    int reading = !(client_fd >= 0 && live && ring_len > LIVE_HIGH);
+    int reading = !output_held();
     polled_sources = 0;
     for (int i = 0; i < source_count; i++) {
       if (sources[i].eof || !reading) continue;
@@ -940,6 +1047,7 @@ int main(int argc, char **argv) {
       if (timeout < 0 || left < timeout) timeout = left;
     }
     if (pend_active) { i_stdin = nfds; fds[nfds++] = (struct pollfd){ stdin_fd, POLLOUT, 0 }; }
+    if (direct_pending) { i_direct = nfds; fds[nfds++] = (struct pollfd){ direct.fd, POLLOUT, 0 }; }
     if (client_fd >= 0) {
       short events = 0;
       if (!pend_active && ring_len <= LIVE_HIGH) events |= POLLIN;
@@ -959,12 +1067,14 @@ int main(int argc, char **argv) {
     for (int i = 0; i < source_count; i++) {
       if (i_src[i] < 0 || !fds[i_src[i]].revents) continue;
       /* Re-checked per source: two chunks in one round must not push the ring past its bound. */
-      if (client_fd >= 0 && live && ring_len > LIVE_HIGH) break;
+      if (output_held()) break;
       read_source(&sources[i]);
     }
     /* After the output of the same round, so what the shell printed last usually precedes REAPED (not a promise). */
     if (i_signal >= 0 && fds[i_signal].revents) reap();
     if (i_stdin >= 0 && fds[i_stdin].revents && pend_active) write_pending();
+    /* Re-checked: a message handled above may have given the socket back already. */
+    if (i_direct >= 0 && fds[i_direct].revents && live == SEND_DIRECT && direct.left > 0) write_direct();
     if (i_client >= 0 && client_fd >= 0) {
       short re = fds[i_client].revents;
       if (re & POLLOUT) flush_client();

@@ -5,13 +5,17 @@
 // most one message's bytes beyond what the caller has not yet taken, so a
 // caller that stops calling next() stops their growth too (with its socket paused).
 
-export const PROTOCOL_VERSION = 2;
+export const PROTOCOL_VERSION = 3;
 /** The first version whose holders take LIVE_ON's flags and send TEXT. */
 export const TEXT_SINCE_VERSION = 2;
+/** The first version whose holders can be lent a stream client's socket (DIRECT_ON). */
+export const DIRECT_SINCE_VERSION = 3;
 export const MAX_MESSAGE_PAYLOAD = 65536; // envd -> holder
 
 export type StreamName = 'stdout' | 'stderr';
 export type AckStatus = 0 | 1 | 2 | 3; // ok, no stdin, stdin closed, not a pty
+/** Why the holder gave a lent socket back: asked to (or the output is complete), could not take it, or writing failed. */
+export type DirectEndReason = 'off' | 'refused' | 'failed';
 export interface Truncation {
   stdout: boolean;
   stderr: boolean;
@@ -24,7 +28,11 @@ export type HolderMessage =
   | { type: 'text'; stream: StreamName; logEnd: number; json: Buffer }
   | { type: 'ack'; id: number; status: AckStatus }
   | { type: 'reaped'; exitCode: number; signal: number }
-  | { type: 'exit'; exitCode: number; signal: number; truncated: Truncation; logEnd: number };
+  | { type: 'exit'; exitCode: number; signal: number; truncated: Truncation; logEnd: number }
+  /** The holder has the lent socket and sent all its TEXT before this: envd writes those, then says GO. */
+  | { type: 'direct-ready' }
+  /** The lent socket is envd's again; all output up to logEnd is on it. */
+  | { type: 'direct-ended'; logEnd: number; reason: DirectEndReason };
 
 const HEADER = 5;
 
@@ -33,6 +41,10 @@ const LIVE_OFF = 0x02;
 const STDIN = 0x03;
 const STDIN_EOF = 0x04;
 const RESIZE = 0x05;
+const DIRECT_ON = 0x06;
+const DIRECT_GO = 0x07;
+const DIRECT_OFF = 0x08;
+const DIRECT_PING = 0x09;
 
 const HELLO = 0x80;
 const SYNC = 0x81;
@@ -41,6 +53,9 @@ const ACK = 0x83;
 const REAPED = 0x84;
 const EXIT = 0x85;
 const TEXT = 0x86;
+const DIRECT_READY = 0x87;
+const DIRECT_ENDED = 0x88;
+const DIRECT_END_REASONS: readonly DirectEndReason[] = ['off', 'refused', 'failed'];
 
 const LIVE_FLAG_TEXT = 0x01;
 
@@ -107,6 +122,38 @@ export function encodeResize(id: number, cols: number, rows: number): Buffer {
   payload.writeUInt16LE(cols, 4);
   payload.writeUInt16LE(rows, 6);
   return encode(RESIZE, payload);
+}
+
+/**
+ * Lends the holder a stream client's socket: fd `fd` of process `pid` (envd), which it duplicates with
+ * pidfd_getfd if it is still the socket of inode `inode` (the fd number may have gone to another connection
+ * by then); `chunked`: each event goes out as one HTTP chunk.
+ */
+export function encodeDirectOn(pid: number, fd: number, inode: number, chunked: boolean): Buffer {
+  checkU32('pid', pid);
+  checkU32('fd', fd);
+  if (!Number.isSafeInteger(inode) || inode < 0) throw new RangeError(`inode must be a non-negative safe integer, got ${inode}`);
+  const payload = Buffer.allocUnsafe(17);
+  payload.writeUInt32LE(pid, 0);
+  payload.writeUInt32LE(fd, 4);
+  payload.writeBigUInt64LE(BigInt(inode), 8);
+  payload[16] = chunked ? 1 : 0;
+  return encode(DIRECT_ON, payload);
+}
+
+/** After DIRECT_READY, once envd has written everything before it: the holder writes from here on. */
+export function encodeDirectGo(): Buffer {
+  return encode(DIRECT_GO);
+}
+
+/** Asks for the lent socket back (after the event being written); DIRECT_ENDED answers. */
+export function encodeDirectOff(): Buffer {
+  return encode(DIRECT_OFF);
+}
+
+/** A keep-alive comment for the lent socket, written unless an event is under way. */
+export function encodeDirectPing(): Buffer {
+  return encode(DIRECT_PING);
 }
 
 /**
@@ -227,6 +274,15 @@ function decodeMessage(type: number, payload: Buffer): HolderMessage {
     case EXIT:
       expectLength('EXIT', payload, 18);
       return { type: 'exit', exitCode: payload.readInt32LE(0), signal: payload.readInt32LE(4), truncated: truncation(payload, 8), logEnd: readU64(payload, 10) };
+    case DIRECT_READY:
+      expectLength('DIRECT_READY', payload, 0);
+      return { type: 'direct-ready' };
+    case DIRECT_ENDED: {
+      expectLength('DIRECT_ENDED', payload, 9);
+      const reason = DIRECT_END_REASONS[payload[8]!];
+      if (reason === undefined) throw new Error(`holder message DIRECT_ENDED: unknown reason ${payload[8]}`);
+      return { type: 'direct-ended', logEnd: readU64(payload, 0), reason };
+    }
     default:
       throw new Error(`holder message: unknown type 0x${type.toString(16)}`);
   }

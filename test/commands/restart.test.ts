@@ -91,6 +91,12 @@ describe('restarting envd', () => {
     const pid = started!.data.pid as number;
     await events.next(); // the first line arrived: the command runs
     const second = await restart(first);
+    // The old envd's client is cut, though its holder may have been writing to the socket: it lets go with the link.
+    await expect(
+      (async () => {
+        for await (const _ of events);
+      })(),
+    ).rejects.toThrow();
     const attach = await second.call('GET', `/commands/${pid}/stream`);
     expect(attach.status).toBe(200);
     let stdout = '';

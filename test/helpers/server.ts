@@ -39,6 +39,7 @@ export function testConfig(overrides: Partial<Config> = {}): Config {
     // temporary directories, and an app built from testConfig() alone fails instead of writing real paths.
     stateDir: '/dev/null/state',
     spoolDir: '/dev/null/spool',
+    directOutput: true,
     logLevel: 'info',
     ...overrides,
   };

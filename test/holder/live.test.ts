@@ -53,7 +53,7 @@ describe('envd-holder live channel', () => {
     const client = await holder.connect();
     expect(await hello(client)).toEqual({
       type: 'hello',
-      version: 2,
+      version: 3,
       shellPid: holder.shellPid,
       reaped: false,
       exitCode: -1,
@@ -206,7 +206,7 @@ describe('envd-holder live channel', () => {
     const second = await holder.connect();
     expect(await hello(second)).toEqual({
       type: 'hello',
-      version: 2,
+      version: 3,
       shellPid: holder.shellPid,
       reaped: true,
       exitCode: 4,

@@ -1,5 +1,9 @@
 import { describe, expect, it } from 'vitest';
 import {
+  encodeDirectGo,
+  encodeDirectOff,
+  encodeDirectOn,
+  encodeDirectPing,
   encodeLiveOff,
   encodeLiveOn,
   encodeResize,
@@ -39,8 +43,8 @@ const u32 = (n: number) => {
 // One of each holder message, as the holder lays them out.
 const wire: [Buffer, HolderMessage][] = [
   [
-    message(0x80, [2, 0, ...u32(4242), 1, ...i32(-1), ...i32(9), 1, 0, ...u64(2 ** 40 + 3)]),
-    { type: 'hello', version: 2, shellPid: 4242, reaped: true, exitCode: -1, signal: 9, truncated: { stdout: true, stderr: false }, logEnd: 2 ** 40 + 3 },
+    message(0x80, [3, 0, ...u32(4242), 1, ...i32(-1), ...i32(9), 1, 0, ...u64(2 ** 40 + 3)]),
+    { type: 'hello', version: 3, shellPid: 4242, reaped: true, exitCode: -1, signal: 9, truncated: { stdout: true, stderr: false }, logEnd: 2 ** 40 + 3 },
   ],
   [message(0x81, u64(12)), { type: 'sync', logEnd: 12 }],
   [message(0x82, [2, ...u64(99), 0x68, 0x69]), { type: 'data', stream: 'stderr', logEnd: 99, bytes: Buffer.from('hi') }],
@@ -48,17 +52,26 @@ const wire: [Buffer, HolderMessage][] = [
   [message(0x83, [...u32(7), 2]), { type: 'ack', id: 7, status: 2 }],
   [message(0x84, [...i32(3), ...i32(0)]), { type: 'reaped', exitCode: 3, signal: 0 }],
   [message(0x85, [...i32(-1), ...i32(15), 0, 1, ...u64(5)]), { type: 'exit', exitCode: -1, signal: 15, truncated: { stdout: false, stderr: true }, logEnd: 5 }],
+  [message(0x87, []), { type: 'direct-ready' }],
+  [message(0x88, [...u64(77), 0]), { type: 'direct-ended', logEnd: 77, reason: 'off' }],
+  [message(0x88, [...u64(78), 1]), { type: 'direct-ended', logEnd: 78, reason: 'refused' }],
+  [message(0x88, [...u64(79), 2]), { type: 'direct-ended', logEnd: 79, reason: 'failed' }],
 ];
 
 describe('holder protocol', () => {
   it('encodes envd\'s messages as type, u32 LE length, payload', () => {
-    expect(PROTOCOL_VERSION).toBe(2);
+    expect(PROTOCOL_VERSION).toBe(3);
     expect([...encodeLiveOn()]).toEqual([1, 0, 0, 0, 0]);
     expect([...encodeLiveOn(true)]).toEqual([1, 1, 0, 0, 0, 1]);
     expect([...encodeLiveOff()]).toEqual([2, 0, 0, 0, 0]);
     expect([...encodeStdin(0x01020304, Buffer.from('ab'))]).toEqual([3, 6, 0, 0, 0, 4, 3, 2, 1, 0x61, 0x62]);
     expect([...encodeStdinEof(5)]).toEqual([4, 4, 0, 0, 0, 5, 0, 0, 0]);
     expect([...encodeResize(6, 300, 2)]).toEqual([5, 8, 0, 0, 0, 6, 0, 0, 0, 44, 1, 2, 0]);
+    expect([...encodeDirectOn(0x0a0b, 24, 2 ** 40 + 5, true)]).toEqual([6, 17, 0, 0, 0, 0x0b, 0x0a, 0, 0, 24, 0, 0, 0, ...u64(2 ** 40 + 5), 1]);
+    expect([...encodeDirectOn(1, 3, 9, false)]).toEqual([6, 17, 0, 0, 0, 1, 0, 0, 0, 3, 0, 0, 0, ...u64(9), 0]);
+    expect([...encodeDirectGo()]).toEqual([7, 0, 0, 0, 0]);
+    expect([...encodeDirectOff()]).toEqual([8, 0, 0, 0, 0]);
+    expect([...encodeDirectPing()]).toEqual([9, 0, 0, 0, 0]);
   });
 
   it('limits a STDIN message to MAX_MESSAGE_PAYLOAD and rejects out-of-range fields', () => {
@@ -66,6 +79,8 @@ describe('holder protocol', () => {
     expect(() => encodeStdin(1, Buffer.alloc(MAX_MESSAGE_PAYLOAD - 3))).toThrow(RangeError);
     expect(() => encodeResize(1, 65536, 10)).toThrow(RangeError);
     expect(() => encodeStdinEof(-1)).toThrow(RangeError);
+    expect(() => encodeDirectOn(1, 3, -1, true)).toThrow(RangeError);
+    expect(() => encodeDirectOn(1, 3, 2 ** 64, true)).toThrow(RangeError);
   });
 
   it('decodes every holder message, whole or split at any byte', () => {
