@@ -2,7 +2,7 @@
 // login-shell invocation from Node and waiting for it, one of each in turn.
 import { postJson } from './lib/client.mjs';
 import { atMost, makeRow, missingRow, printRow, runIfMain, withEnvd } from './lib/figure.mjs';
-import { spawnLoginShell } from './lib/spawn-direct.mjs';
+import { COMMAND_USER, spawnLoginShell } from './lib/spawn-direct.mjs';
 import { interleave, percentile } from './lib/stats.mjs';
 
 const GOAL = atMost(1.3);
@@ -24,7 +24,7 @@ export async function run({ quick = false, envd } = {}) {
         budgetMs: quick ? 10_000 : 120_000,
         a: () =>
           timed(async () => {
-            const result = await postJson(server, '/commands', { cmd: 'true' });
+            const result = await postJson(server, '/commands', { cmd: 'true', user: COMMAND_USER.name });
             if (result.exit_code !== 0) throw new Error(`true exited ${result.exit_code}: ${result.stderr}`);
           }),
         b: () => timed(() => spawnLoginShell('true')),

@@ -2,7 +2,7 @@
 // {cmd:"true"} against direct spawns of the same login shell, batch by batch in turn.
 import { postJson } from './lib/client.mjs';
 import { atLeast, makeRow, missingRow, printRow, runIfMain, withEnvd } from './lib/figure.mjs';
-import { spawnLoginShell } from './lib/spawn-direct.mjs';
+import { COMMAND_USER, spawnLoginShell } from './lib/spawn-direct.mjs';
 import { interleave, median, runConcurrently } from './lib/stats.mjs';
 
 const GOAL = atLeast(0.8);
@@ -26,7 +26,7 @@ export async function run({ quick = false, envd } = {}) {
         warmup: 1,
         minRounds: 2,
         budgetMs: quick ? 10_000 : 120_000,
-        a: () => ratePerSecond(perBatch, () => postJson(server, '/commands', { cmd: 'true' })),
+        a: () => ratePerSecond(perBatch, () => postJson(server, '/commands', { cmd: 'true', user: COMMAND_USER.name })),
         b: () => ratePerSecond(perBatch, () => spawnLoginShell('true')),
       });
       const note = `${samples.rounds} batches of ${perBatch} per side, concurrency ${CONCURRENCY}, median batch`;

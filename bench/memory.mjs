@@ -7,6 +7,7 @@ import { postJson, RouteMissing } from './lib/client.mjs';
 import { atMost, makeRow, missingRow, printRow, runIfMain } from './lib/figure.mjs';
 import { rssBytes, startEnvd } from './lib/envd-process.mjs';
 import { runConcurrently } from './lib/stats.mjs';
+import { COMMAND_USER } from './lib/spawn-direct.mjs';
 import { makeTempDir, removeTempDir } from './lib/temp.mjs';
 import { openWatch } from './lib/watch.mjs';
 
@@ -47,7 +48,7 @@ export async function run({ quick = false } = {}) {
     await settle();
     const fresh = rssBytes(server.pid);
     await part('warm-up', missing, async () => {
-      await runConcurrently(WARM_UP_COMMANDS, 8, () => postJson(server, '/commands', { cmd: 'true' }));
+      await runConcurrently(WARM_UP_COMMANDS, 8, () => postJson(server, '/commands', { cmd: 'true', user: COMMAND_USER.name }));
       const watch = await openWatch(server, mkdtempSync(join(dir, 'warm-')));
       await watch.close();
     });
@@ -55,7 +56,7 @@ export async function run({ quick = false } = {}) {
     const idle = rssBytes(server.pid);
     await part('POST /commands', missing, () =>
       runConcurrently(commands, 8, async () => {
-        const result = await postJson(server, '/commands', { cmd: 'true' });
+        const result = await postJson(server, '/commands', { cmd: 'true', user: COMMAND_USER.name });
         if (result.exit_code !== 0) throw new Error(`true exited ${result.exit_code}`);
       }),
     );

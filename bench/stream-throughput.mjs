@@ -12,7 +12,7 @@
 // the ratio towards 1 by as much as the machine was slow to start a shell.
 import { readSse, send } from './lib/client.mjs';
 import { atLeast, makeRow, missingRow, printRow, runIfMain, withEnvd } from './lib/figure.mjs';
-import { spawnLoginShell } from './lib/spawn-direct.mjs';
+import { COMMAND_USER, spawnLoginShell } from './lib/spawn-direct.mjs';
 import { interleave, median } from './lib/stats.mjs';
 
 const GOAL = atLeast(0.6);
@@ -36,7 +36,7 @@ function firstByteClock() {
 }
 
 async function streamThroughEnvd(server, cmd, bytes) {
-  const res = await send(server, 'POST', '/commands/stream', { body: { cmd }, read: false });
+  const res = await send(server, 'POST', '/commands/stream', { body: { cmd, user: COMMAND_USER.name }, read: false });
   if (res.statusCode !== 200) throw new Error(`/commands/stream answered ${res.statusCode}`);
   const clock = firstByteClock();
   let exit;

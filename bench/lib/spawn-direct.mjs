@@ -1,25 +1,46 @@
 // The baseline for the command figures: the same login-shell invocation envd
 // makes, spawned straight from Node — its own process group (detached), stdin
 // /dev/null, stdout and stderr piped and collected, the user's environment.
-import { spawn } from 'node:child_process';
+//
+// Both sides run their commands as COMMAND_USER: the running user, or `nobody`
+// when the bench runs as root. Root's login shell here runs `pyenv init`
+// (~0.7 s on one machine) and leaves a `pyenv rehash` behind each time, which
+// under 8 commands in flight piled up into tens of processes: the exec figures
+// measured pyenv (0.9 commands/s, 7 minutes for one figure), not envd.
+import { execFileSync, spawn } from 'node:child_process';
+import { existsSync } from 'node:fs';
 import { userInfo } from 'node:os';
 
-const user = userInfo();
+function commandUser() {
+  if (process.getuid?.() !== 0) {
+    const me = userInfo();
+    return { name: me.username, uid: me.uid, gid: me.gid, home: me.homedir, shell: me.shell ?? '/bin/bash' };
+  }
+  const [name, , uid, gid, , home, shell] = execFileSync('getent', ['passwd', 'nobody'], { encoding: 'utf8' }).trim().split(':');
+  return { name, uid: Number(uid), gid: Number(gid), home, shell };
+}
 
-/** What envd gives a command of the running user with no sandbox or request envs. */
+/** Whom the command figures run their commands as, on both sides: pass `user: COMMAND_USER.name` to envd. */
+export const COMMAND_USER = commandUser();
+const switchUser = COMMAND_USER.uid !== process.getuid?.();
+
+/** What envd gives a command of that user with no sandbox or request envs. */
 export const COMMAND_ENV = {
   PATH: process.env.PATH ?? '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin',
-  HOME: user.homedir,
-  USER: user.username,
-  LOGNAME: user.username,
-  SHELL: user.shell ?? '/bin/bash',
+  HOME: COMMAND_USER.home,
+  USER: COMMAND_USER.name,
+  LOGNAME: COMMAND_USER.name,
+  SHELL: COMMAND_USER.shell,
 };
 
-/** Runs `bash -l -c cmd` and resolves when it has exited and its pipes have closed, with the byte counts it printed. */
+/** Runs `bash -l -c cmd` (through setpriv, as envd does, for another user) and resolves when it has exited and its pipes have closed. */
 export function spawnLoginShell(cmd, { onStdout } = {}) {
   return new Promise((resolve, reject) => {
-    const child = spawn('/bin/bash', ['-l', '-c', cmd], {
-      cwd: user.homedir,
+    const shell = ['/bin/bash', '-l', '-c', cmd];
+    const [file, ...args] = switchUser ? ['setpriv', `--reuid=${COMMAND_USER.uid}`, `--regid=${COMMAND_USER.gid}`, '--init-groups', '--', ...shell] : shell;
+    const child = spawn(file, args, {
+      // envd's choice for a user without a home: /
+      cwd: existsSync(COMMAND_USER.home) ? COMMAND_USER.home : '/',
       env: COMMAND_ENV,
       detached: true,
       stdio: ['ignore', 'pipe', 'pipe'],
