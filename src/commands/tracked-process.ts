@@ -3,7 +3,7 @@ import { access } from 'node:fs/promises';
 import { constants } from 'node:os';
 import { join } from 'node:path';
 import { conflict } from '../errors.js';
-import type { AckStatus, StreamName, Truncation } from '../holder/protocol.js';
+import type { AckStatus, DirectEndReason, StreamName, Truncation } from '../holder/protocol.js';
 import type { Logger } from '../logger.js';
 import type { HolderLink } from './holder-link.js';
 import { KeptLog } from './kept-log.js';
@@ -256,7 +256,7 @@ export class TrackedProcess {
     });
   }
 
-  private onDirectEnded(logEnd: number, reason: string): void {
+  private onDirectEnded(logEnd: number, reason: DirectEndReason): void {
     const lent = this.lent;
     if (!lent) return; // LIVE_OFF forgot it first
     this.lent = undefined;

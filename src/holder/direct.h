@@ -47,6 +47,7 @@ static const char direct_suffix[] = "\"}\n\n";
 static struct {
   int fd;      /* the client's socket, or -1 */
   int chunked; /* envd's response uses chunked transfer coding: each event is one chunk */
+  int closing; /* DIRECT_OFF came while an event was half written: the socket goes back once it is out */
   const unsigned char *next;
   size_t left; /* bytes of the current event not yet written */
   unsigned char buf[DIRECT_HEAD + DIRECT_TEXT_CAP + DIRECT_TAIL];
@@ -123,6 +124,7 @@ static void direct_close(void) {
   if (direct.fd >= 0) close(direct.fd);
   direct.fd = -1;
   direct.left = 0;
+  direct.closing = 0;
 }
 
 #endif

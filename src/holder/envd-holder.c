@@ -378,15 +378,12 @@ static void keep_chunk(int stream, unsigned char *data, size_t n) {
 
 /* ---- the live client ---- */
 
-static int direct_closing; /* DIRECT_OFF came while an event was half written: the socket goes back once it is out */
-
 static void close_client(void) {
   if (client_fd < 0) return;
   close(client_fd);
   client_fd = -1;
   live = SEND_NOTHING;
   direct_close(); /* a lent socket goes with envd: its client must see the end when envd's copy closes */
-  direct_closing = 0;
   ring_head = ring_len = 0; /* its unsent bytes go with it */
   in_start = in_len = 0;
   pend_active = 0; /* the rest of a half-written STDIN is dropped: nobody is left to ACK it */
@@ -433,21 +430,24 @@ static void queue_hello(void) {
 }
 
 /* Gives the lent socket back (envd may write to it from DIRECT_ENDED on); later output goes to envd as TEXT. */
-static void end_direct(int reason) {
-  direct_close();
-  direct_closing = 0;
-  live = SEND_TEXT;
+static void queue_direct_ended(int reason) {
   unsigned char p[9];
   put_u64(p, log_end());
   p[8] = (unsigned char)reason;
   queue(MSG_DIRECT_ENDED, p, sizeof p, NULL, 0);
 }
 
+static void end_direct(int reason) {
+  direct_close();
+  live = SEND_TEXT;
+  queue_direct_ended(reason);
+}
+
 /* Continues the pending event; the socket goes back once it is out if envd asked for it, or at once on an error. */
 static void write_direct(void) {
   int r = direct_flush();
   if (r < 0) end_direct(DIRECT_ENDED_FAILED);
-  else if (r > 0 && direct_closing) end_direct(DIRECT_ENDED_OFF);
+  else if (r > 0 && direct.closing) end_direct(DIRECT_ENDED_OFF);
 }
 
 /* Sends what the socket takes now; never waits (the socket is non-blocking). */
@@ -525,7 +525,6 @@ static int handle_message(int type, const unsigned char *p, uint32_t len) {
     if (len != 0) return -1;
     live = SEND_NOTHING;
     direct_close(); /* nobody follows the output any more: envd has forgotten the lent socket too */
-    direct_closing = 0;
     return 0;
   case MSG_DIRECT_ON: {
     /*
@@ -536,10 +535,7 @@ static int handle_message(int type, const unsigned char *p, uint32_t len) {
     int fd = -1;
     int taken = live != SEND_TEXT ? DIRECT_GONE : direct_take((pid_t)get_u32(p), (int)get_u32(p + 4), get_u64(p + 8), &fd);
     if (taken != DIRECT_TAKEN) {
-      unsigned char e[9];
-      put_u64(e, log_end());
-      e[8] = taken == DIRECT_NOT_ALLOWED ? DIRECT_ENDED_REFUSED : DIRECT_ENDED_FAILED;
-      queue(MSG_DIRECT_ENDED, e, sizeof e, NULL, 0);
+      queue_direct_ended(taken == DIRECT_NOT_ALLOWED ? DIRECT_ENDED_REFUSED : DIRECT_ENDED_FAILED);
       return 0;
     }
     direct.fd = fd;
@@ -557,7 +553,7 @@ static int handle_message(int type, const unsigned char *p, uint32_t len) {
   case MSG_DIRECT_OFF:
     /* Late (the socket already went back after an error) is not an error: that DIRECT_ENDED answers it. */
     if (len != 0) return -1;
-    if (live == SEND_DIRECT && direct.left > 0) direct_closing = 1;
+    if (live == SEND_DIRECT && direct.left > 0) direct.closing = 1;
     else if (live == SEND_DIRECT || live == SEND_DIRECT_WAIT) end_direct(DIRECT_ENDED_OFF);
     return 0;
   case MSG_DIRECT_PING:
