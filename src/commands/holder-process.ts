@@ -1,8 +1,6 @@
-import { spawn } from 'node:child_process';
-import { once } from 'node:events';
-import { createInterface } from 'node:readline';
 import { errnoToHttpError, HttpError } from '../errors.js';
-import type { Logger } from '../logger.js';
+import type { HolderSpawner } from './holder-spawner.js';
+import type { HolderPids } from './meta.js';
 import type { PreparedCommand } from './spawn.js';
 
 /** How long a holder may take to say `ready`: it only makes a socket and pipes and forks. */
@@ -21,15 +19,18 @@ export interface HolderOptions {
 
 /**
  * Starts the holder of one command, which starts the command itself (see
- * src/holder/envd-holder.c), and resolves with the command's pid once the
- * holder listens on its socket. EMFILE/ENFILE/EAGAIN become 503: envd is out
- * of descriptors or processes for the moment, and the caller may retry.
+ * src/holder/envd-holder.c), and resolves with both processes' pid records
+ * once the holder listens on its socket. EMFILE/ENFILE/EAGAIN become 503:
+ * the sandbox is out of descriptors or processes for the moment, and the
+ * caller may retry.
  *
- * The holder runs in its own session and keeps no descriptor of envd's, so
- * a restart of envd leaves it, and the command, running.
+ * The holder is forked by the spawner (holder-spawner.ts), runs in its own
+ * session and keeps no descriptor of envd's, so a restart of envd leaves it,
+ * and the command, running.
  */
-export async function startHolder(prepared: PreparedCommand, options: HolderOptions, log: Logger): Promise<number> {
-  const args = [
+export async function startHolder(prepared: PreparedCommand, options: HolderOptions, spawner: HolderSpawner): Promise<HolderPids> {
+  const argv = [
+    options.holderPath,
     '--dir', options.dir,
     '--usage', options.usagePath,
     '--slot', String(options.slot),
@@ -41,37 +42,21 @@ export async function startHolder(prepared: PreparedCommand, options: HolderOpti
     ...(prepared.pty ? ['--pty', `${prepared.pty.cols}x${prepared.pty.rows}`] : []),
     '--', prepared.file, ...prepared.args,
   ];
-  const holder = spawn(options.holderPath, args, { cwd: prepared.cwd, env: prepared.env, detached: true, stdio: ['ignore', 'pipe', 'ignore'] });
-  // Attached before anything can throw: an unhandled 'error' would end envd.
-  holder.on('error', (error) => log.warn({ err: error }, 'holder process error'));
-  if (holder.pid === undefined) {
-    const [cause] = (await once(holder, 'error')) as [NodeJS.ErrnoException];
+  let holder;
+  try {
+    holder = await spawner.spawn(argv, prepared.cwd, prepared.env, READY_TIMEOUT_MS);
+  } catch (cause) {
+    if (cause instanceof HttpError) throw cause;
     const mapped = errnoToHttpError(cause, 'starting the command');
     throw mapped instanceof HttpError ? mapped : new HttpError(500, 'the command could not be started', { cause });
   }
-  holder.unref();
-  const line = await firstLine(holder.stdout);
-  holder.stdout.destroy();
-  const ready = /^ready (\d+)$/.exec(line ?? '');
-  if (ready) return Number(ready[1]);
-  holder.kill('SIGKILL');
-  throw new HttpError(500, 'the command could not be started', { cause: new Error(`envd-holder said: ${line ?? '(nothing)'}`) });
-}
-
-function firstLine(stream: NodeJS.ReadableStream): Promise<string | undefined> {
-  return new Promise((resolve) => {
-    const lines = createInterface({ input: stream });
-    const timer = setTimeout(() => done(undefined), READY_TIMEOUT_MS);
-    let answered = false;
-    const done = (line: string | undefined) => {
-      if (answered) return;
-      answered = true;
-      clearTimeout(timer);
-      resolve(line);
-      // After resolving: close() emits 'close', which must not answer again.
-      lines.close();
-    };
-    lines.once('line', done);
-    lines.once('close', () => done(undefined));
-  });
+  // "ready <shellPid> <shellStart> <holderPid> <holderStart>": the pid file's record (docs/holder-protocol.md).
+  const ready = /^ready (\d+) (\d+) (\d+) (\d+)$/.exec(holder.line);
+  if (ready) return { shellPid: Number(ready[1]), shellStart: ready[2]!, holderPid: Number(ready[3]), holderStart: ready[4]! };
+  try {
+    process.kill(holder.holderPid, 'SIGKILL');
+  } catch {
+    // it said why and ended
+  }
+  throw new HttpError(500, 'the command could not be started', { cause: new Error(`envd-holder said: ${holder.line || '(nothing)'}`) });
 }

@@ -38,6 +38,7 @@ export class KeptLog {
    * while read: the command was forgotten).
    */
   async *frames(end: () => number): AsyncGenerator<Frame> {
+    if (end() <= 0) return; // nothing kept (a command that printed nothing): no file to read
     const decoder = new FrameDecoder();
     let position = 0;
     let paths = await this.segmentPaths();

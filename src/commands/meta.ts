@@ -45,6 +45,17 @@ export interface HolderStatus {
   logEnd: number;
 }
 
+/**
+ * The first record, in the command's fresh directory, before its holder
+ * starts: written in place (no temp and rename), because a record torn by a
+ * crash is one whose holder never started, and a restarted envd removes a
+ * record it cannot read as a start that never finished.
+ */
+export async function createMeta(dir: string, meta: CommandMeta): Promise<void> {
+  await writeFile(join(dir, 'meta.json'), JSON.stringify(meta), { mode: 0o600, flag: 'wx' });
+}
+
+/** A changed record of a running command (a resize): temp and rename, so a crash leaves the old one or the new. */
 export async function writeMeta(dir: string, meta: CommandMeta): Promise<void> {
   const temp = join(dir, 'meta.json.tmp');
   await writeFile(temp, JSON.stringify(meta), { mode: 0o600 });

@@ -6,7 +6,8 @@ import { holderBinaryPath } from '../holder/binary.js';
 import type { Logger } from '../logger.js';
 import { HolderLink } from './holder-link.js';
 import { startHolder } from './holder-process.js';
-import { META_VERSION, monotonicMs, readHolderPids, readHolderStatus, readMeta, writeMeta, type CommandMeta } from './meta.js';
+import { HolderSpawner } from './holder-spawner.js';
+import { META_VERSION, monotonicMs, readHolderPids, readHolderStatus, readMeta, createMeta, type CommandMeta, type HolderPids } from './meta.js';
 import { killProcessTree } from './kill-tree.js';
 import type { PreparedCommand } from './spawn.js';
 import { StateDir } from './state-dir.js';
@@ -30,6 +31,7 @@ export const KILL_ALL_WAIT_MS = 3_000;
 export class ProcessRegistry {
   private readonly byPid = new Map<number, TrackedProcess>();
   private detached = false;
+  private readonly spawner: HolderSpawner;
 
   private constructor(
     readonly config: Config,
@@ -38,7 +40,9 @@ export class ProcessRegistry {
     /** The envd-holder binary: it runs every command, and receives large uploads (src/files/upload-splice.ts). */
     readonly holderPath: string,
     private readonly limits: { maxFinishedBackground: number },
-  ) {}
+  ) {
+    this.spawner = new HolderSpawner(holderPath, log);
+  }
 
   /** Prepares the state directory and the spool, and re-adopts the commands a previous envd left running. */
   static async open(config: Config, log: Logger, limits = { maxFinishedBackground: MAX_FINISHED_BACKGROUND }): Promise<ProcessRegistry> {
@@ -77,8 +81,8 @@ export class ProcessRegistry {
     };
     let proc: TrackedProcess;
     try {
-      await writeMeta(dir, meta);
-      await startHolder(
+      await createMeta(dir, meta);
+      const pids = await startHolder(
         prepared,
         {
           holderPath: this.holderPath,
@@ -90,9 +94,9 @@ export class ProcessRegistry {
           spoolBudget: this.config.maxSpoolBytes,
           capBytes: this.config.maxOutputBytes,
         },
-        this.log,
+        this.spawner,
       );
-      proc = await this.follow(id, dir, meta, false);
+      proc = await this.follow(id, dir, meta, false, pids);
     } catch (error) {
       await this.state.removeCommand(id);
       this.state.releaseSlot(slot);
@@ -135,6 +139,7 @@ export class ProcessRegistry {
     await Promise.race([Promise.all(all.map((proc) => proc.finished)), deadline]);
     clearTimeout(timer);
     await Promise.all(all.map((proc) => this.forget(proc.pid, proc)));
+    this.spawner.close();
     this.state.close();
   }
 
@@ -143,15 +148,17 @@ export class ProcessRegistry {
     this.detached = true;
     for (const proc of this.list()) proc.detach();
     this.byPid.clear();
+    this.spawner.close();
     this.state.close();
   }
 
   /**
    * Connects to a command's holder and follows it; a holder that is gone leaves the command finished.
+   * `started`: the pid record from a holder's ready line (re-adopted ones are read from their pid file).
    * A holder that has just said `ready` is alive: failing to connect to it is an error, not an end.
    */
-  private async follow(id: string, dir: string, meta: CommandMeta, adopted: boolean): Promise<TrackedProcess> {
-    const pids = await readHolderPids(dir);
+  private async follow(id: string, dir: string, meta: CommandMeta, adopted: boolean, started?: HolderPids): Promise<TrackedProcess> {
+    const pids = started ?? (await readHolderPids(dir));
     if (!pids) throw new Error(`no pid file in ${dir}`);
     const connected = await HolderLink.connect(join(dir, 'sock')).catch(async (error: unknown) => {
       if (adopted || (await readHolderStatus(dir))) return undefined;

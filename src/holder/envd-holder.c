@@ -40,6 +40,7 @@
 #include "direct.h"
 #include "json-text.h"
 #include "receive.h"
+#include "spawner.h"
 
 /* The usage file and the wire are little endian; the holder stores native u64s into the usage file. */
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "envd-holder assumes a little-endian machine");
@@ -946,7 +947,8 @@ static void start(void) {
   snprintf(line, sizeof line, "%d %llu %d %llu\n", (int)shell_pid, shell_start, (int)getpid(), holder_start);
   if (write_file_atomically("pid", line) < 0) fail("cannot write %s/pid: %s", opt_dir, strerror(errno));
 
-  snprintf(line, sizeof line, "ready %d\n", (int)shell_pid);
+  /* The pid record again, so envd need not read the file it was just written to. */
+  snprintf(line, sizeof line, "ready %d %llu %d %llu\n", (int)shell_pid, shell_start, (int)getpid(), holder_start);
   (void)write_all(STDOUT_FILENO, line, strlen(line)); /* envd gone already: the command runs on regardless */
   /* Nothing may tie the holder to envd any more: its pipes to us are let go. */
   int null_fd = open("/dev/null", O_RDWR | O_CLOEXEC);
@@ -969,6 +971,7 @@ static void write_status(const char *line) {
 }
 
 /* Output complete: status first (envd trusts it), then the socket goes, then EXIT to whoever listens. */
+static void finish(void) __attribute__((noreturn));
 static void finish(void) {
   for (int i = 0; i < source_count; i++)
     if (sources[i].fd >= 0 && sources[i].fd != pty_fd) close(sources[i].fd);
@@ -999,9 +1002,8 @@ static void finish(void) {
   exit(0);
 }
 
-int main(int argc, char **argv) {
-  /* A second job for the same binary: the body of a large upload (receive.h). */
-  if (argc > 1 && strcmp(argv[1], "--receive") == 0) return receive_main(argc, argv);
+/* One command's holder: from the command line of an exec, or from a request in a spawner's child. */
+static int holder_main(int argc, char **argv) {
   parse_args(argc, argv);
   start();
 
@@ -1081,3 +1083,12 @@ int main(int argc, char **argv) {
   }
   finish();
 }
+
+int main(int argc, char **argv) {
+  /* A second job for the same binary: the body of a large upload (receive.h). */
+  if (argc > 1 && strcmp(argv[1], "--receive") == 0) return receive_main(argc, argv);
+  /* A third: starting holders for envd, so envd never forks per command (spawner.h). */
+  if (argc > 1 && strcmp(argv[1], "--spawner") == 0) return spawner_main(argc, argv, holder_main);
+  return holder_main(argc, argv);
+}
+

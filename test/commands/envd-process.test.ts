@@ -22,6 +22,21 @@ afterAll(async () => {
   fixture?.remove();
 });
 
+/** Live children of a process. */
+function childrenOf(parent: number): number[] {
+  return readdirSync('/proc')
+    .filter((entry) => /^\d+$/.test(entry))
+    .filter((entry) => {
+      try {
+        const rest = readFileSync(`/proc/${entry}/stat`, 'utf8').split(') ')[1]!.split(' ');
+        return rest[0] !== 'Z' && Number(rest[1]) === parent;
+      } catch {
+        return false; // exited while we looked
+      }
+    })
+    .map(Number);
+}
+
 const call = (path: string, body: unknown, init: RequestInit = {}) =>
   fetch(`${envd.url}${path}`, { method: 'POST', headers: { authorization: `Bearer ${TOKEN}`, 'content-type': 'application/json' }, body: JSON.stringify(body), ...init });
 
@@ -73,6 +88,18 @@ describe('envd as its own process', () => {
     expect(result.stdout).toContain('HOME=');
     expect(result.stdout).not.toContain(TOKEN);
     expect(result.stdout).not.toContain('ENVD_');
+  });
+
+  it('starts commands through one holder spawner, and replaces it when it is killed', async () => {
+    expect((await (await call('/commands', { cmd: 'echo first' })).json()).stdout).toBe('first\n');
+    const spawners = () => childrenOf(envd.child.pid!).filter((pid) => readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0')[1] === '--spawner');
+    const [spawner, ...more] = spawners();
+    expect(spawner).toBeDefined();
+    expect(more).toEqual([]);
+    process.kill(spawner!, 'SIGKILL');
+    await waitFor(() => !spawners().includes(spawner!), 5_000, 'the killed spawner to be reaped');
+    expect((await (await call('/commands', { cmd: 'echo again' })).json()).stdout).toBe('again\n');
+    expect(spawners()).toHaveLength(1);
   });
 
   it('releases every pipe and socket after commands, streams and attachers come and go', async () => {

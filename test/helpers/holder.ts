@@ -36,6 +36,8 @@ export interface RunningHolder {
   child: ChildProcess;
   holderPid: number;
   shellPid: number;
+  /** The `ready` line as the holder printed it. */
+  readyLine: string;
   /** Milliseconds from spawn to the `ready` line. */
   readyMs: number;
   root: string;
@@ -131,13 +133,14 @@ export async function startHolder(options: HolderOptions): Promise<RunningHolder
   });
   const line = await readFirstLine(child);
   const readyMs = performance.now() - started;
-  const match = /^ready (\d+)$/.exec(line);
+  const match = /^ready (\d+) \d+ \d+ \d+$/.exec(line);
   if (!match) throw new Error(`envd-holder did not start: ${line}`);
   shellPid = Number(match[1]);
   return {
     child,
     holderPid: child.pid!,
     shellPid,
+    readyLine: line,
     readyMs,
     root,
     dir,

@@ -14,7 +14,7 @@ const finished = async (holder: RunningHolder) => {
 };
 
 describe('envd-holder start', () => {
-  it('prints "ready <shellPid>" and writes the pid file with both processes\' /proc start times', async () => {
+  it('writes the pid file with both processes\' /proc start times and prints the same record as "ready <record>"', async () => {
     const holder = await startHolder({ command: ['sleep', '30'] });
     const [shellPid, shellStart, holderPid, holderStart] = readFileSync(join(holder.dir, 'pid'), 'utf8').trimEnd().split(' ').map(Number);
     expect(readFileSync(join(holder.dir, 'pid'), 'utf8')).toMatch(/^\d+ \d+ \d+ \d+\n$/);
@@ -22,6 +22,7 @@ describe('envd-holder start', () => {
     expect(holderPid).toBe(holder.holderPid);
     expect(shellStart).toBe(startTime(holder.shellPid));
     expect(holderStart).toBe(startTime(holder.holderPid));
+    expect(holder.readyLine).toBe(`ready ${readFileSync(join(holder.dir, 'pid'), 'utf8').trimEnd()}`);
     // The shell leads its own session (so a kill of its group reaches all it starts); the holder is not in it.
     const shellStat = readFileSync(`/proc/${holder.shellPid}/stat`, 'utf8');
     const [ppid, pgid, sid] = shellStat.slice(shellStat.lastIndexOf(')') + 2).split(' ').slice(1, 4).map(Number);
