@@ -1,4 +1,3 @@
-import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Config } from '../config.js';
 import { HttpError } from '../errors.js';
@@ -7,7 +6,7 @@ import type { Logger } from '../logger.js';
 import { HolderLink } from './holder-link.js';
 import { startHolder } from './holder-process.js';
 import { HolderSpawner } from './holder-spawner.js';
-import { META_VERSION, monotonicMs, readHolderPids, readHolderStatus, readMeta, createMeta, type CommandMeta, type HolderPids } from './meta.js';
+import { createMeta, isNewerRecord, META_VERSION, monotonicMs, readHolderPids, readHolderStatus, readMeta, type CommandMeta, type HolderPids } from './meta.js';
 import { killProcessTree } from './kill-tree.js';
 import type { PreparedCommand } from './spawn.js';
 import { StateDir } from './state-dir.js';
@@ -158,7 +157,7 @@ export class ProcessRegistry {
    * A holder that has just said `ready` is alive: failing to connect to it is an error, not an end.
    */
   private async follow(id: string, dir: string, meta: CommandMeta, adopted: boolean, started?: HolderPids): Promise<TrackedProcess> {
-    const pids = started ?? (await readHolderPids(dir));
+    const pids = started ?? readHolderPids(dir);
     if (!pids) throw new Error(`no pid file in ${dir}`);
     const connected = await HolderLink.connect(join(dir, 'sock')).catch(async (error: unknown) => {
       if (adopted || (await readHolderStatus(dir))) return undefined;
@@ -210,10 +209,10 @@ export class ProcessRegistry {
     await Promise.all(
       ids.map(async (id) => {
         const dir = this.state.commandDir(id);
-        const meta = await readMeta(dir);
+        const meta = readMeta(dir);
         if (!meta) {
           // Written by a newer envd: not ours to judge. Otherwise a start that never finished.
-          if (await isNewerRecord(dir)) return;
+          if (isNewerRecord(dir)) return;
           await this.state.removeCommand(id);
           return;
         }
@@ -245,14 +244,5 @@ export class ProcessRegistry {
       this.log.info({ pid, cmd: proc.meta.cmd }, 'forgot an unwaited finished background command: too many kept');
       void this.forget(pid, proc);
     }
-  }
-}
-
-async function isNewerRecord(dir: string): Promise<boolean> {
-  const text = await readFile(join(dir, 'meta.json'), 'utf8').catch(() => '');
-  try {
-    return (JSON.parse(text) as { v?: number }).v! > META_VERSION;
-  } catch {
-    return false;
   }
 }
