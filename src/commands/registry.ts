@@ -30,6 +30,10 @@ export const KILL_ALL_WAIT_MS = 3_000;
 export class ProcessRegistry {
   private readonly byPid = new Map<number, TrackedProcess>();
   private detached = false;
+  /** Set by killAll: no command starts any more. */
+  private closing = false;
+  /** Starts under way: their command runs before it is tracked, so shutdown waits for them too. */
+  private readonly starting = new Set<Promise<unknown>>();
   private readonly spawner: HolderSpawner;
 
   private constructor(
@@ -61,6 +65,17 @@ export class ProcessRegistry {
   }
 
   async start(prepared: PreparedCommand, options: { background: boolean; timeoutMs: number }): Promise<TrackedProcess> {
+    if (this.closing) throw new HttpError(503, 'envd is shutting down');
+    const started = this.launch(prepared, options);
+    this.starting.add(started);
+    try {
+      return await started;
+    } finally {
+      this.starting.delete(started);
+    }
+  }
+
+  private async launch(prepared: PreparedCommand, options: { background: boolean; timeoutMs: number }): Promise<TrackedProcess> {
     const slot = this.state.takeSlot();
     const { id, dir } = await this.state.createCommandDir().catch((error: unknown) => {
       this.state.releaseSlot(slot);
@@ -131,10 +146,13 @@ export class ProcessRegistry {
   /** Shutdown: kills every tracked tree, waits (bounded) for their ends, and removes what they kept. */
   async killAll(): Promise<void> {
     if (this.detached) return;
-    const all = this.list();
-    for (const proc of all) proc.kill();
+    this.closing = true;
     let timer: NodeJS.Timeout | undefined;
     const deadline = new Promise<void>((resolve) => (timer = setTimeout(resolve, KILL_ALL_WAIT_MS)));
+    // A command whose holder has not answered yet already runs: it is tracked once it answers, and killed with the rest.
+    await Promise.race([Promise.allSettled([...this.starting]), deadline]);
+    const all = this.list();
+    for (const proc of all) proc.kill();
     await Promise.race([Promise.all(all.map((proc) => proc.finished)), deadline]);
     clearTimeout(timer);
     await Promise.all(all.map((proc) => this.forget(proc.pid, proc)));

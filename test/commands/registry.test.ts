@@ -1,3 +1,4 @@
+import { randomBytes } from 'node:crypto';
 import { readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { Writable } from 'node:stream';
@@ -7,6 +8,7 @@ import { prepareCommand } from '../../src/commands/spawn.js';
 import { createLogger } from '../../src/logger.js';
 import { SandboxState } from '../../src/sandbox-state.js';
 import { commandUser } from '../helpers/command-user.js';
+import { findProcesses, waitFor } from '../helpers/proc.js';
 import { makeEnvdDirs, testConfig } from '../helpers/server.js';
 
 let fixture: Awaited<ReturnType<typeof commandUser>>;
@@ -40,6 +42,26 @@ describe('ProcessRegistry', () => {
       // Everything the commands kept is gone with them.
       expect(readdirSync(join(dirs.stateDir, 'cmds'))).toEqual([]);
       expect(readdirSync(dirs.spoolDir)).toEqual([]);
+    } finally {
+      dirs.remove();
+    }
+  });
+
+  it('kills on shutdown a command whose start was still under way, and starts none after', async () => {
+    const dirs = makeEnvdDirs();
+    const config = testConfig({ stateDir: dirs.stateDir, spoolDir: dirs.spoolDir });
+    const registry = await ProcessRegistry.open(config, createLogger('silent'));
+    const marker = `starting-${randomBytes(4).toString('hex')}`;
+    try {
+      const state = new SandboxState(config, fixture.user.name);
+      // Not awaited: shutdown begins while the holder is being started.
+      const starting = registry.start(await prepareCommand({ cmd: `exec -a ${marker} sleep 1000` }, state), { background: true, timeoutMs: 0 });
+      const killed = registry.killAll();
+      const proc = await starting;
+      await killed;
+      expect(proc.running).toBe(false);
+      await waitFor(() => findProcesses(marker).length === 0, 5_000, 'the command started during shutdown to be gone');
+      await expect(registry.start(await prepareCommand({ cmd: 'true' }, state), { background: true, timeoutMs: 0 })).rejects.toMatchObject({ status: 503 });
     } finally {
       dirs.remove();
     }
