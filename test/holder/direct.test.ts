@@ -57,7 +57,14 @@ async function liveTextClient(connectToHolder: () => Promise<HolderClient>): Pro
   return client;
 }
 
-const socketCount = (pid: number) => readdirSync(`/proc/${pid}/fd`).filter((fd) => readlinkSync(`/proc/${pid}/fd/${fd}`).startsWith('socket:')).length;
+const socketCount = (pid: number) =>
+  readdirSync(`/proc/${pid}/fd`).filter((fd) => {
+    try {
+      return readlinkSync(`/proc/${pid}/fd/${fd}`).startsWith('socket:');
+    } catch {
+      return false; // closed between the listing and the readlink
+    }
+  }).length;
 
 describe('envd-holder direct output', () => {
   it('writes events to a lent socket after READY and GO, exactly as envd frames them, and gives it back on DIRECT_OFF', async () => {
