@@ -1,5 +1,6 @@
 import { errnoToHttpError, HttpError } from '../errors.js';
 import type { HolderSpawner } from './holder-spawner.js';
+import { signalProcess } from './kill-tree.js';
 import type { HolderPids } from './meta.js';
 import type { PreparedCommand } from './spawn.js';
 
@@ -53,10 +54,6 @@ export async function startHolder(prepared: PreparedCommand, options: HolderOpti
   // "ready <shellPid> <shellStart> <holderPid> <holderStart>": the pid file's record (docs/holder-protocol.md).
   const ready = /^ready (\d+) (\d+) (\d+) (\d+)$/.exec(holder.line);
   if (ready) return { shellPid: Number(ready[1]), shellStart: ready[2]!, holderPid: Number(ready[3]), holderStart: ready[4]! };
-  try {
-    process.kill(holder.holderPid, 'SIGKILL');
-  } catch {
-    // it said why and ended
-  }
+  signalProcess(holder.holderPid, 'SIGKILL'); // usually gone already: it said why and ended
   throw new HttpError(500, 'the command could not be started', { cause: new Error(`envd-holder said: ${holder.line || '(nothing)'}`) });
 }

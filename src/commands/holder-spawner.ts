@@ -2,6 +2,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { constants } from 'node:os';
 import { HttpError } from '../errors.js';
 import type { Logger } from '../logger.js';
+import { signalGroup, signalProcess } from './kill-tree.js';
 
 /** What a spawn request comes back with: the holder's pid and the first line it printed (empty if none). */
 export interface SpawnedHolder {
@@ -120,13 +121,8 @@ export class HolderSpawner {
 /** A holder that came up after its request gave up: it and its command's group go. */
 function killLate(late: SpawnedHolder): void {
   const shellPid = Number(/^ready (\d+)/.exec(late.line)?.[1]);
-  for (const pid of shellPid > 0 ? [-shellPid, late.holderPid] : [late.holderPid]) {
-    try {
-      process.kill(pid, 'SIGKILL');
-    } catch {
-      // already gone
-    }
-  }
+  if (shellPid > 0) signalGroup(shellPid, 'SIGKILL');
+  signalProcess(late.holderPid, 'SIGKILL');
 }
 
 /** An errno from the spawner's fork or pipe2, as the Node error a spawn would have thrown (errnoToHttpError maps it). */

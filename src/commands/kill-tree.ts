@@ -27,10 +27,10 @@ export function killProcessTree(root: number, { leaderReaped }: { leaderReaped: 
     if (fresh.length === 0) break;
     for (const pid of fresh) {
       stopped.add(pid);
-      sendSignal(pid, 'SIGSTOP');
+      signalProcess(pid, 'SIGSTOP');
     }
   }
-  for (const pid of stopped) sendSignal(pid, 'SIGKILL');
+  for (const pid of stopped) signalProcess(pid, 'SIGKILL');
   return [...stopped];
 }
 
@@ -120,10 +120,11 @@ function readStat(pid: string): number {
 
 /** Sends a signal to a process group; false when the group is gone. */
 export function signalGroup(pgid: number, signal: NodeJS.Signals): boolean {
-  return sendSignal(-pgid, signal);
+  return signalProcess(-pgid, signal);
 }
 
-function sendSignal(target: number, signal: NodeJS.Signals): boolean {
+/** Sends a signal to a process (or, negative, a group); false when it is gone. */
+export function signalProcess(target: number, signal: NodeJS.Signals): boolean {
   try {
     process.kill(target, signal);
     return true;

@@ -70,25 +70,20 @@ export async function writeMeta(dir: string, meta: CommandMeta): Promise<void> {
  * trips each, which for 1,000 commands was a few hundred ms of the restart.
  */
 
-/** The record, or undefined when it is missing, unreadable or written by a newer envd. */
-export function readMeta(dir: string): CommandMeta | undefined {
+/**
+ * The record; 'newer' when a newer envd wrote it (this one leaves it alone);
+ * undefined when it is missing or unreadable (a start that never finished).
+ */
+export function readMeta(dir: string): CommandMeta | 'newer' | undefined {
   const text = readTextSync(join(dir, 'meta.json'));
   if (text === undefined) return undefined;
   try {
     const meta = JSON.parse(text) as CommandMeta;
-    if (typeof meta.v !== 'number' || meta.v > META_VERSION) return undefined;
+    if (meta.v > META_VERSION) return 'newer';
+    if (typeof meta.v !== 'number') return undefined;
     return { ...meta, pty: meta.pty ?? null, deadline_ms: meta.deadline_ms ?? null };
   } catch {
     return undefined;
-  }
-}
-
-/** Whether the record was written by a newer envd (which this one leaves alone). */
-export function isNewerRecord(dir: string): boolean {
-  try {
-    return (JSON.parse(readTextSync(join(dir, 'meta.json')) ?? '') as { v?: number }).v! > META_VERSION;
-  } catch {
-    return false;
   }
 }
 

@@ -6,7 +6,7 @@ import type { Logger } from '../logger.js';
 import { HolderLink } from './holder-link.js';
 import { startHolder } from './holder-process.js';
 import { HolderSpawner } from './holder-spawner.js';
-import { createMeta, isNewerRecord, META_VERSION, monotonicMs, readHolderPids, readHolderStatus, readMeta, type CommandMeta, type HolderPids } from './meta.js';
+import { createMeta, META_VERSION, monotonicMs, readHolderPids, readHolderStatus, readMeta, type CommandMeta, type HolderPids } from './meta.js';
 import { killProcessTree } from './kill-tree.js';
 import type { PreparedCommand } from './spawn.js';
 import { StateDir } from './state-dir.js';
@@ -228,9 +228,10 @@ export class ProcessRegistry {
       ids.map(async (id) => {
         const dir = this.state.commandDir(id);
         const meta = readMeta(dir);
+        // Written by a newer envd: not ours to judge.
+        if (meta === 'newer') return;
         if (!meta) {
-          // Written by a newer envd: not ours to judge. Otherwise a start that never finished.
-          if (isNewerRecord(dir)) return;
+          // A start that never finished.
           await this.state.removeCommand(id);
           return;
         }

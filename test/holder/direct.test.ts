@@ -66,6 +66,13 @@ const socketCount = (pid: number) =>
     }
   }).length;
 
+/** Lets `read x; echo after` go on, and checks that its output still came over the channel as TEXT. */
+async function expectTextAfter(client: HolderClient): Promise<void> {
+  client.send(encodeStdin(1, Buffer.from('\n')));
+  const rest = await client.until('exit');
+  expect(rest.filter((m) => m.type === 'text')).toMatchObject([{ type: 'text', stream: 'stdout', json: Buffer.from('after\\n') }]);
+}
+
 describe('envd-holder direct output', () => {
   it('writes events to a lent socket after READY and GO, exactly as envd frames them, and gives it back on DIRECT_OFF', async () => {
     const holder = await startHolder({
@@ -106,9 +113,7 @@ describe('envd-holder direct output', () => {
     client.send(encodeDirectOn(process.pid, pair.fd, pair.inode, true));
     expect(await client.next()).toEqual({ type: 'direct-ended', logEnd: 0, reason: 'refused' });
     expect(socketCount(holder.holderPid)).toBe(sockets);
-    client.send(encodeStdin(1, Buffer.from('\n')));
-    const rest = await client.until('exit');
-    expect(rest.filter((m) => m.type === 'text')).toMatchObject([{ type: 'text', stream: 'stdout', json: Buffer.from('after\\n') }]);
+    await expectTextAfter(client);
   });
 
   it('takes nothing when the fd is closed or is another socket than envd named (the client left, the number was reused)', async () => {
@@ -122,9 +127,7 @@ describe('envd-holder direct output', () => {
     client.send(encodeDirectOn(process.pid, other.fd, pair.inode, true));
     expect(await client.next()).toEqual({ type: 'direct-ended', logEnd: 0, reason: 'failed' });
     expect(socketCount(holder.holderPid)).toBe(sockets);
-    client.send(encodeStdin(1, Buffer.from('\n')));
-    const rest = await client.until('exit');
-    expect(rest.filter((m) => m.type === 'text')).toMatchObject([{ type: 'text', stream: 'stdout', json: Buffer.from('after\\n') }]);
+    await expectTextAfter(client);
     expect(other.received().length + pair.received().length).toBe(0);
   });
 
