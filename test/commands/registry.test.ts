@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import { readdirSync } from 'node:fs';
+import { mkdirSync, readdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { Writable } from 'node:stream';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -63,6 +63,26 @@ describe('ProcessRegistry', () => {
       await waitFor(() => findProcesses(marker).length === 0, 5_000, 'the command started during shutdown to be gone');
       await expect(registry.start(await prepareCommand({ cmd: 'true' }, state), { background: true, timeoutMs: 0 })).rejects.toMatchObject({ status: 503 });
     } finally {
+      dirs.remove();
+    }
+  });
+
+  it('on open, leaves a newer envd\'s record alone and removes one torn before its holder started', async () => {
+    const dirs = makeEnvdDirs();
+    const config = testConfig({ stateDir: dirs.stateDir, spoolDir: dirs.spoolDir });
+    const cmds = join(dirs.stateDir, 'cmds');
+    const newer = join(cmds, 'aaaaaaaaaaaaaaaa');
+    const torn = join(cmds, 'bbbbbbbbbbbbbbbb');
+    mkdirSync(newer, { recursive: true });
+    mkdirSync(torn, { recursive: true });
+    writeFileSync(join(newer, 'meta.json'), JSON.stringify({ v: 99, cmd: 'from the future' }));
+    writeFileSync(join(torn, 'meta.json'), '{"v":1,"cmd":"tru');
+    const registry = await ProcessRegistry.open(config, createLogger('silent'));
+    try {
+      expect(registry.list()).toEqual([]);
+      expect(readdirSync(cmds)).toEqual(['aaaaaaaaaaaaaaaa']);
+    } finally {
+      await registry.killAll();
       dirs.remove();
     }
   });
