@@ -1,17 +1,20 @@
 import { SerializerSelector, type SerializerFactory } from '@fastify/fast-json-stringify-compiler';
 
-const buildSerializers = SerializerSelector();
+type BuildSerializers = ReturnType<typeof SerializerSelector>;
+let buildSerializers: BuildSerializers | undefined;
 
 /**
  * Fastify's own response serializers (fast-json-stringify, the same options),
  * each built on its route's first response instead of at start: building all
  * of them was the largest single cost of a boot (~25 ms, ~2 MiB), for routes a
- * sandbox may never call.
+ * sandbox may never call. Even the compiler is made on that first response,
+ * so that starting (and answering /health, which sends its JSON as text) never
+ * runs fast-json-stringify's module code (build.mjs loads it on first use).
  */
 export const buildLazySerializers: SerializerFactory = (externalSchemas, options) => {
-  const compile = buildSerializers(externalSchemas, options);
+  let compile: ReturnType<BuildSerializers> | undefined;
   return (route) => {
     let serialize: ((data: unknown) => string) | undefined;
-    return (data) => (serialize ??= compile(route))(data);
+    return (data) => (serialize ??= (compile ??= (buildSerializers ??= SerializerSelector())(externalSchemas, options))(route))(data);
   };
 };

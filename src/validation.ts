@@ -10,8 +10,12 @@ const common: Options = { allErrors: false, useDefaults: true, removeAdditional:
 // Bodies are JSON and must already have the right types: `"timeout": "5"` is
 // a client bug worth a 400, not a guess. Query strings and path params are
 // text by nature, so those are coerced ("1" -> 1, "true" -> true).
-const bodyAjv = new Ajv({ ...common, coerceTypes: false });
-const textAjv = new Ajv({ ...common, coerceTypes: 'array' });
+// Made on the first request that needs one, like the validators: starting
+// (and answering /health) then runs none of ajv (build.mjs loads it on first use).
+let bodyAjv: Ajv | undefined;
+let textAjv: Ajv | undefined;
+const ajvFor = (httpPart: string | undefined): Ajv =>
+  httpPart === 'body' ? (bodyAjv ??= new Ajv({ ...common, coerceTypes: false })) : (textAjv ??= new Ajv({ ...common, coerceTypes: 'array' }));
 
 /**
  * Compiles each route's validator on its first request instead of at start:
@@ -19,11 +23,10 @@ const textAjv = new Ajv({ ...common, coerceTypes: 'array' });
  * a sandbox may never call. The first call of a route pays ~1 ms once.
  */
 export const validatorCompiler: FastifySchemaCompiler<object> = ({ schema, httpPart }) => {
-  const ajv = httpPart === 'body' ? bodyAjv : textAjv;
   let compiled: ValidateFunction | undefined;
   // Fastify reads `.errors` from the function it was given, after calling it.
   const validate = (data: unknown) => {
-    compiled ??= ajv.compile(schema);
+    compiled ??= ajvFor(httpPart).compile(schema);
     const valid = compiled(data);
     validate.errors = compiled.errors;
     return valid;

@@ -63,6 +63,38 @@ describe('the envd executable', () => {
     }
   });
 
+  // build.mjs bundles ajv, fast-json-stringify's compiler and semver as stand-ins that load
+  // the real module on first use: the first validation and the first serialized answer must still work.
+  it.each([
+    ['node dist/envd.js', () => startEnvdProcess([], { ENVD_ACCESS_TOKEN: 'tok' })],
+    ['dist/envd', () => startEnvdExecutable([], { ENVD_ACCESS_TOKEN: 'tok' })],
+  ] as [string, () => Promise<EnvdProcess>][])('validates and serializes with the modules it loads on first use, run as %s', async (_how, start) => {
+    const envd = await start();
+    const dir = mkdtempSync(join(tmpdir(), 'envd-first-use-'));
+    const call = (path: string, init: RequestInit = {}) => fetch(`${envd.url}${path}`, { ...init, headers: { authorization: 'Bearer tok', 'content-type': 'application/json' } });
+    try {
+      const health = await fetch(`${envd.url}/health`);
+      expect(health.headers.get('content-type')).toBe('application/json; charset=utf-8');
+      expect(await health.json()).toEqual({ status: 'ok', version: expect.stringMatching(/^\d+\.\d+\.\d+$/) });
+
+      const badBody = await call('/commands', { method: 'POST', body: JSON.stringify({ cmd: 'true', timeout: '5' }) });
+      expect(badBody.status).toBe(400);
+      expect(await badBody.json()).toEqual({ message: 'body/timeout must be number' });
+      const badQuery = await call(`/files/list?path=${encodeURIComponent(dir)}&depth=deep`);
+      expect(badQuery.status).toBe(400);
+      expect(await badQuery.json()).toEqual({ message: 'querystring/depth must be integer' });
+
+      const listed = await call(`/files/list?path=${encodeURIComponent(dir)}&depth=1`);
+      expect(listed.status).toBe(200);
+      expect(await listed.json()).toEqual({ entries: [] });
+      const ran = await call('/commands', { method: 'POST', body: JSON.stringify({ cmd: 'echo first-use' }) });
+      expect(await ran.json()).toEqual({ stdout: 'first-use\n', stderr: '', exit_code: 0 });
+    } finally {
+      await envd.stop('SIGTERM');
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
   // ps, top, systemd-cgtop and the kernel's OOM messages show a process's comm
   // (its main thread's name); without a title the executable's reads "MainThread".
   it.each([
