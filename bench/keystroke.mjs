@@ -15,7 +15,9 @@ export async function run({ quick = false, envd } = {}) {
   const rows = await withEnvd(
     { envd },
     async (server) => {
-      const { pid } = await postJson(server, '/commands', { cmd: 'stty -icanon; cat', pty: { cols: 80, rows: 24 }, background: true, user: BENCH_USER });
+      // cat's own copy goes to /dev/null: on the terminal it could join the next keystroke's echo in one
+      // event. `ready` says -icanon is set: a key typed before that would reach cat only later.
+      const { pid } = await postJson(server, '/commands', { cmd: 'stty -icanon; echo ready; exec cat >/dev/null', pty: { cols: 80, rows: 24 }, background: true, user: BENCH_USER });
       let seen = '';
       let waiting;
       const attach = request({ host: '127.0.0.1', port: server.port, path: `/commands/${pid}/stream`, agent: false, headers: { authorization: `Bearer ${server.token}` } });
@@ -27,11 +29,19 @@ export async function run({ quick = false, envd } = {}) {
         if (waiting && seen.includes(waiting.mark)) waiting.resolve();
       });
       const samples = [];
+      // A figure that waits forever tells nothing: each echo (and the ready line) gets 5 s.
+      const arrival = (mark) =>
+        new Promise((resolve, reject) => {
+          const timer = setTimeout(() => reject(new Error(`keystroke: no ${mark} on the stream within 5 s (got ${JSON.stringify(seen.slice(-200))})`)), 5_000);
+          waiting = { mark, resolve: () => (clearTimeout(timer), resolve()) };
+          if (seen.includes(mark)) waiting.resolve();
+        });
       try {
+        await arrival('ready');
         for (let i = 0; i < rounds + 10; i++) {
           const mark = String.fromCharCode(97 + (i % 26));
           seen = '';
-          const echoed = new Promise((resolve) => (waiting = { mark: `"data":"${mark}`, resolve }));
+          const echoed = arrival(`"data":"${mark}"`);
           const start = performance.now();
           await postJson(server, `/commands/${pid}/stdin`, { data: mark });
           await echoed;
