@@ -7,7 +7,7 @@ import { HolderLink } from './holder-link.js';
 import { startHolder } from './holder-process.js';
 import { HolderSpawner } from './holder-spawner.js';
 import { createMeta, META_VERSION, monotonicMs, readHolderPids, readHolderStatus, readMeta, type CommandMeta, type HolderPids } from './meta.js';
-import { killProcessTree } from './kill-tree.js';
+import { killProcessTree, killProcessTrees } from './kill-tree.js';
 import type { PreparedCommand } from './spawn.js';
 import { StateDir } from './state-dir.js';
 import { TrackedProcess } from './tracked-process.js';
@@ -152,7 +152,7 @@ export class ProcessRegistry {
     // A command whose holder has not answered yet already runs: it is tracked once it answers, and killed with the rest.
     await Promise.race([Promise.allSettled([...this.starting]), deadline]);
     const all = this.list();
-    for (const proc of all) proc.kill();
+    killProcessTrees(all.flatMap((proc) => proc.tree() ?? []));
     await Promise.race([Promise.all(all.map((proc) => proc.finished)), deadline]);
     clearTimeout(timer);
     await Promise.all(all.map((proc) => this.forget(proc.pid, proc)));

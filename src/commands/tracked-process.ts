@@ -7,7 +7,7 @@ import type { AckStatus, DirectEndReason, StreamName, Truncation } from '../hold
 import type { Logger } from '../logger.js';
 import type { HolderLink } from './holder-link.js';
 import { KeptLog } from './kept-log.js';
-import { killProcessTree, signalGroup } from './kill-tree.js';
+import { killProcessTrees, signalGroup, type TreeRoot } from './kill-tree.js';
 import { monotonicMs, readHolderStatus, writeMeta, type CommandMeta, type HolderPids, type PtySize } from './meta.js';
 import type { ExitInfo } from './schemas.js';
 
@@ -279,9 +279,15 @@ export class TrackedProcess {
 
   /** SIGKILL to the whole tree. Safe after exit: then only leftovers still in the group are hit. */
   kill(): number[] {
+    const tree = this.tree();
+    return tree ? killProcessTrees([tree]) : [];
+  }
+
+  /** What kill() would kill, for killing many commands in one pass (registry.killAll). */
+  tree(): TreeRoot | undefined {
     // Handed over to the next envd: the requests cut by this one's exit must not take their commands along.
-    if (this.detached) return [];
-    return killProcessTree(this.pid, { leaderReaped: this.reaped });
+    if (this.detached) return undefined;
+    return { root: this.pid, leaderReaped: this.reaped };
   }
 
   /** Sends a signal to the process group; false once the shell is gone (its pid may be reused). */

@@ -1,3 +1,4 @@
+import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
@@ -120,13 +121,21 @@ describe('killing commands', () => {
 });
 
 describe('shutdown', () => {
-  it('app close kills every tracked tree', async () => {
+  it('app close kills every tracked tree, setsid escapees of each included, and nothing else', async () => {
     const own = await startServer({ defaultUser: fixture.user.name });
-    const { marker, cmd } = treeCommand();
-    await own.json('POST', '/commands', { cmd, background: true });
-    await waitFor(allThreeRunning(marker), 10_000, 'the tree to start');
-    await own.close();
-    await waitFor(noneLeft(marker), 5_000, 'every process of the tree to be gone');
+    // Shutdown kills all trees in one pass (killProcessTrees): each must still be found whole.
+    const trees = [treeCommand(), treeCommand(), treeCommand()];
+    for (const { cmd } of trees) await own.json('POST', '/commands', { cmd, background: true });
+    for (const { marker } of trees) await waitFor(allThreeRunning(marker), 10_000, 'the trees to start');
+    const bystander = spawn('sleep', ['1000'], { stdio: 'ignore' });
+    try {
+      await own.close();
+      for (const { marker } of trees) await waitFor(noneLeft(marker), 5_000, 'every process of every tree to be gone');
+      expect(bystander.exitCode).toBeNull();
+      expect(readStat(bystander.pid!)).not.toMatch(/\) [TtZ] /);
+    } finally {
+      bystander.kill('SIGKILL');
+    }
   });
 
   it('SIGTERM to envd kills its running commands and exits 0', async () => {
