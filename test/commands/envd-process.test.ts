@@ -23,6 +23,15 @@ afterAll(async () => {
 });
 
 /** Live children of a process. */
+/** A process's command line; empty once it has exited (the killed spawner may go between a listing and this read). */
+function argvOf(pid: number): string[] {
+  try {
+    return readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0');
+  } catch {
+    return [];
+  }
+}
+
 function childrenOf(parent: number): number[] {
   return readdirSync('/proc')
     .filter((entry) => /^\d+$/.test(entry))
@@ -92,7 +101,7 @@ describe('envd as its own process', () => {
 
   it('starts commands through one holder spawner, and replaces it when it is killed', async () => {
     expect((await (await call('/commands', { cmd: 'echo first' })).json()).stdout).toBe('first\n');
-    const spawners = () => childrenOf(envd.child.pid!).filter((pid) => readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0')[1] === '--spawner');
+    const spawners = () => childrenOf(envd.child.pid!).filter((pid) => argvOf(pid)[1] === '--spawner');
     const [spawner, ...more] = spawners();
     expect(spawner).toBeDefined();
     expect(more).toEqual([]);
