@@ -7,15 +7,16 @@
 // has just forked ran up to 3x slower here.
 import { execFile } from 'node:child_process';
 import { createReadStream } from 'node:fs';
+import { promisify } from 'node:util';
 import { join } from 'node:path';
 import { send } from './lib/client.mjs';
 import { atLeast, makeRow, missingRow, printRow, runIfMain, withEnvd } from './lib/figure.mjs';
 import { interleave, median } from './lib/stats.mjs';
 import { makeTempDir, removeTempDir, writeRandomFile } from './lib/temp.mjs';
-import { promisify } from 'node:util';
 
 const GOAL = atLeast(0.85);
 const MB = 1e6;
+const execFileAsync = promisify(execFile);
 
 async function countBytes(stream) {
   let total = 0;
@@ -37,7 +38,7 @@ async function downloadWithCurl(server, source, bytes) {
   const url = `http://127.0.0.1:${server.port}/files/raw?path=${encodeURIComponent(source)}`;
   let stdout;
   try {
-    ({ stdout } = await promisify(execFile)('curl', ['-sS', '-o', '/dev/null', '-w', '%{http_code} %{size_download} %{time_total}', '-H', `authorization: Bearer ${server.token}`, url]));
+    ({ stdout } = await execFileAsync('curl', ['-sS', '-o', '/dev/null', '-w', '%{http_code} %{size_download} %{time_total}', '-H', `authorization: Bearer ${server.token}`, url]));
   } catch (error) {
     if (error.code === 'ENOENT') return undefined;
     throw error;

@@ -1,8 +1,5 @@
 import { SerializerSelector, type SerializerFactory } from '@fastify/fast-json-stringify-compiler';
 
-type BuildSerializers = ReturnType<typeof SerializerSelector>;
-let buildSerializers: BuildSerializers | undefined;
-
 /**
  * Fastify's own response serializers (fast-json-stringify, the same options),
  * each built on its route's first response instead of at start: building all
@@ -12,9 +9,10 @@ let buildSerializers: BuildSerializers | undefined;
  * runs fast-json-stringify's module code (build.mjs loads it on first use).
  */
 export const buildLazySerializers: SerializerFactory = (externalSchemas, options) => {
-  let compile: ReturnType<BuildSerializers> | undefined;
+  let compile: ReturnType<ReturnType<typeof SerializerSelector>> | undefined;
+  const compileRoute: ReturnType<SerializerFactory> = (route) => (compile ??= SerializerSelector()(externalSchemas, options))(route);
   return (route) => {
     let serialize: ((data: unknown) => string) | undefined;
-    return (data) => (serialize ??= (compile ??= (buildSerializers ??= SerializerSelector())(externalSchemas, options))(route))(data);
+    return (data) => (serialize ??= compileRoute(route))(data);
   };
 };
