@@ -34,7 +34,8 @@
 #define DIRECT_READ 61440 /* one read of the command's output while direct: it always becomes one event */
 #define DIRECT_HEAD 64    /* room for the chunk size line and the event's prefix in front of the text */
 #define DIRECT_TAIL 8     /* the event's suffix and the chunk's CRLF */
-#define DIRECT_TEXT_CAP (DIRECT_READ * JSON_TEXT_MAX_GROWTH)
+/* Room for the text of a whole read: json_text then takes every byte of it (json-text.h). */
+#define DIRECT_TEXT_CAP JSON_TEXT_ROOM(DIRECT_READ)
 
 /* What envd writes around a TEXT (src/commands/sse.ts): the holder writes exactly the same event. */
 static const char direct_prefix[3][48] = {

@@ -15,6 +15,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 /* A streaming UTF-8 decoder's state between two reads (the WHATWG decoder's variables). */
 struct utf8_state {
@@ -22,8 +23,15 @@ struct utf8_state {
   uint8_t needed, seen, lower, upper;
 };
 
-/* The most one input byte can add to the output: "\u00xx", or a completed 4-byte character. */
+/*
+ * The most one step of json_text can write: "\u00xx" for a control byte (a
+ * completed character is at most 4, a U+FFFD 3). It is also the most one input
+ * byte can cost on average: every step that writes without taking a byte (a
+ * U+FFFD ending an invalid sequence) follows bytes that wrote nothing.
+ */
 #define JSON_TEXT_MAX_GROWTH 6
+/* Output room in which json_text takes every one of n input bytes (see json_text). */
+#define JSON_TEXT_ROOM(n) ((n) * JSON_TEXT_MAX_GROWTH)
 
 static void utf8_reset(struct utf8_state *d) {
   d->code_point = 0;
@@ -110,19 +118,26 @@ static size_t plain_run(const unsigned char *in, size_t max) {
 }
 
 /*
- * Decodes and escapes in[0..n) into out, stopping before the output could
- * pass `cap` (cap >= 2 * JSON_TEXT_MAX_GROWTH). Sets *used to the input bytes
- * taken (at least one when n > 0) and returns the output length. A character
- * left incomplete at the end stays in `d` for the next call.
+ * Decodes and escapes in[0..n) into out, stopping only when the next step
+ * might not fit in `cap` (cap >= JSON_TEXT_MAX_GROWTH). Sets *used to the
+ * input bytes taken (at least one when n > 0) and returns the output length.
+ * A character left incomplete at the end stays in `d` for the next call.
+ *
+ * With cap >= JSON_TEXT_ROOM(n) every byte is taken (*used == n): after i
+ * bytes the output is at most 6 * i (a byte writes at most 6; the U+FFFD that
+ * ends an invalid sequence, written without taking a byte, follows at least
+ * one byte of that sequence that wrote nothing), so while i < n there are
+ * still 6 bytes of room for the next step. Callers that send one read as one
+ * event rely on it (direct.h).
  */
 static size_t json_text(struct utf8_state *d, const unsigned char *in, size_t n, unsigned char *out, size_t cap, size_t *used) {
   size_t i = 0, o = 0;
-  while (i < n && o + 2 * JSON_TEXT_MAX_GROWTH <= cap) {
+  while (i < n && o + JSON_TEXT_MAX_GROWTH <= cap) {
     unsigned char b = in[i];
     if (d->needed == 0) {
       if (plain_ascii(b)) {
-        /* The common case: a run of plain text, copied as it is. */
-        size_t room = cap - 2 * JSON_TEXT_MAX_GROWTH - o + 1;
+        /* The common case: a run of plain text, copied as it is (one byte out per byte in). */
+        size_t room = cap - o;
         size_t run = plain_run(in + i, room < n - i ? room : n - i);
         memcpy(out + o, in + i, run);
         o += run;
@@ -175,7 +190,7 @@ static void utf8_seed(struct utf8_state *d, const unsigned char *tail, size_t n)
   size_t start = n;
   while (start > 0 && (tail[start - 1] & 0xC0) == 0x80) start--;
   if (start == 0) return; /* only continuation bytes (or nothing): no character is pending */
-  unsigned char scratch[4 * 2 * JSON_TEXT_MAX_GROWTH];
+  unsigned char scratch[JSON_TEXT_ROOM(3)];
   size_t at = start - 1, used;
   while (at < n) {
     json_text(d, tail + at, n - at, scratch, sizeof scratch, &used);

@@ -103,4 +103,30 @@ describe('direct output', () => {
       await server.close();
     }
   });
+
+  // Issue 30: a read of 61,440 bytes that each escape to six characters lost its last byte, on the stream and in the log.
+  it('loses no byte of a read whose every byte escapes to \\u00xx, on the lent socket and in the kept log', async () => {
+    const total = 3_000_000;
+    const stream = readEvents(await fixture.server.call('POST', '/commands/stream', { cmd: `head -c ${total} /dev/zero` }));
+    let streamed = 0;
+    for await (const event of stream) {
+      if (event.event === 'stdout') {
+        expect(event.data.data).toMatch(/^\0*$/);
+        streamed += event.data.data.length;
+      }
+    }
+    expect(streamed).toBe(total);
+
+    const { body: started } = await fixture.server.json('POST', '/commands', { cmd: `read x; head -c ${total} /dev/zero`, background: true, stdin: true });
+    const pid = started.pid as number;
+    const attach = readEvents(await fixture.server.call('GET', `/commands/${pid}/stream`));
+    expect(await next(attach)).toEqual({ event: 'start', data: { pid } });
+    await fixture.server.json('POST', `/commands/${pid}/stdin`, { data: '\n' });
+    let attached = 0;
+    for await (const event of attach) if (event.event === 'stdout') attached += event.data.data.length;
+    expect(attached).toBe(total);
+    const { body: result } = await fixture.server.json('GET', `/commands/${pid}/wait`);
+    expect(result.stdout.length).toBe(total);
+    expect(result.stdout).toMatch(/^\0*$/);
+  });
 });
