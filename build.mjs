@@ -1,7 +1,7 @@
 // Bundles envd into one self-contained file, dist/envd.js, that runs with
 // `node dist/envd.js` and needs no node_modules; then wraps that file and the
 // Node 24 binary into one executable, dist/envd, for guest images that have no Node.
-// First it compiles the per-command holder, dist/envd-holder (src/holder/envd-holder.c),
+// First it compiles the per-command holder, dist/envd-holder (the C units in src/holder/),
 // which the single executable carries as an asset.
 import { build } from 'esbuild';
 import { execFileSync } from 'node:child_process';
@@ -231,28 +231,32 @@ function buildSingleExecutable() {
 }
 
 /**
- * Compiles the holder: one C11 file (and the headers beside it), libc only, linked statically so it runs
+ * Compiles the holder: the C11 units of src/holder/ (one .c per concern, the
+ * .h files beside them), libc only, linked statically so it runs
  * in any guest whatever its libc, starts in a millisecond (no dynamic loader),
- * and ignores the LD_PRELOAD a command's environment (which it runs in) may set. Skipped when neither the source nor the flags changed. Returns the
+ * and ignores the LD_PRELOAD a command's environment (which it runs in) may set. Skipped when neither the sources nor the flags changed. Returns the
  * sha256 of the binary, an input of the single executable.
  */
 function buildHolder() {
-  const source = 'src/holder/envd-holder.c';
+  const dir = 'src/holder';
   const output = 'dist/envd-holder';
   const stampFile = 'dist/envd-holder.inputs';
   // -s: symbols would only cost guest image and state-dir (tmpfs) space.
   const flags = ['-std=c11', '-O2', '-Wall', '-Wextra', '-Werror', '-s'];
-  const headers = readdirSync('src/holder').filter((name) => name.endsWith('.h')).sort().map((name) => readFileSync(`src/holder/${name}`));
-  const inputs = createHash('sha256').update(readFileSync(source)).update(Buffer.concat(headers)).update(JSON.stringify(flags)).digest('hex');
+  const names = readdirSync(dir).filter((name) => name.endsWith('.c') || name.endsWith('.h')).sort();
+  const sources = names.filter((name) => name.endsWith('.c')).map((name) => `${dir}/${name}`);
+  const hash = createHash('sha256').update(JSON.stringify(flags));
+  for (const name of names) hash.update(name).update(readFileSync(`${dir}/${name}`));
+  const inputs = hash.digest('hex');
   if (!(existsSync(output) && existsSync(stampFile) && readFileSync(stampFile, 'utf8') === inputs)) {
     const partial = `${output}.partial`;
     rmSync(partial, { force: true });
     try {
-      run('cc', [...flags, '-static', '-o', partial, source]);
+      run('cc', [...flags, '-static', '-o', partial, ...sources]);
     } catch (error) {
       // A toolchain without a static libc (e.g. no libc6-dev static archive) still gets a working holder.
       console.warn(`build.mjs: static link of envd-holder failed (${error.message.split('\n')[0]}); linking dynamically, so the holder needs this libc at run time.`);
-      run('cc', [...flags, '-o', partial, source]);
+      run('cc', [...flags, '-o', partial, ...sources]);
     }
     renameSync(partial, output);
     writeFileSync(stampFile, inputs);

@@ -20,7 +20,7 @@ export interface HolderOptions {
 
 /**
  * Starts the holder of one command, which starts the command itself (see
- * src/holder/envd-holder.c), and resolves with both processes' pid records
+ * src/holder/holder.c), and resolves with both processes' pid records
  * once the holder listens on its socket. EMFILE/ENFILE/EAGAIN become 503:
  * the sandbox is out of descriptors or processes for the moment, and the
  * caller may retry.

@@ -14,7 +14,7 @@ export interface SpawnedHolder {
 const ERRNO_NAMES = new Map(Object.entries(constants.errno).map(([name, number]) => [number, name]));
 
 /**
- * envd's end of `envd-holder --spawner` (src/holder/spawner.h): one small
+ * envd's end of `envd-holder --spawner` (src/holder/spawner.c): one small
  * process that forks every command's holder, so envd's own large process never
  * forks per command (Node's spawn blocked the event loop 5-9 ms each time).
  * Started on first use and again after it dies; it exits when envd does (EOF).

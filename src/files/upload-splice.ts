@@ -7,14 +7,14 @@ import { HttpError, errnoToHttpError } from '../errors.js';
 
 /**
  * Raw uploads with a Content-Length of at least this many bytes have their
- * body moved by the holder's --receive mode (src/holder/receive.h) with
+ * body moved by the holder's --receive mode (src/holder/receive.c) with
  * splice(2): socket -> pipe -> file in the kernel, no copy through envd's
  * heap and no JavaScript per chunk. Below it, the ~2 ms of a spawn would cost
  * more than it saves, and Node's stream path writes the file.
  */
 export const SPLICE_MIN_BYTES = 1024 * 1024;
 
-/** How the receiver ended: its one line on stdout (receive.h). */
+/** How the receiver ended: its one line on stdout (receive.c). */
 type Outcome = { kind: 'ok' | 'short' | 'idle'; bytes: number } | { kind: 'error'; errno: number; bytes: number };
 
 const ERRNO_CODES = new Map(Object.entries(constants.errno).map(([code, number]) => [number, code]));

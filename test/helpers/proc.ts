@@ -145,7 +145,7 @@ async function startListening(file: string, fixedArgs: string[], args: string[],
   };
 }
 
-/** Pids of envd-holder --receive processes (the upload receiver, src/holder/receive.h) alive now. */
+/** Pids of envd-holder --receive processes (the upload receiver, src/holder/receive.c) alive now. */
 export function findReceivers(): string[] {
   return readdirSync('/proc').filter((entry) => {
     try {

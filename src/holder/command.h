@@ -1,0 +1,36 @@
+/*
+ * command.h — the command a holder runs, as the holder's units share it: its
+ * process and how it ended, its output sources, its stdin
+ * (docs/holder-protocol.md, "Invocation" and "Ending").
+ */
+#ifndef ENVD_COMMAND_H
+#define ENVD_COMMAND_H
+
+#include <stdint.h>
+#include <sys/types.h>
+
+#define STREAM_STDOUT 1
+#define STREAM_STDERR 2
+
+/* An output source: a pipe's read end, or the pty master as the one stdout source. */
+struct source {
+  int fd;
+  int stream;
+  int eof;
+};
+
+struct command {
+  pid_t shell_pid; /* -1 until forked */
+  int reaped;
+  int exit_code;   /* -1 until reaped, and when a signal ended it */
+  int exit_signal; /* 0 when none */
+  struct source sources[2];
+  int source_count;
+  int pty_fd;   /* the master: output source and stdin sink at once; -1 without a pty */
+  int stdin_fd; /* the pipe's write end, or pty_fd; -1 without stdin */
+  int stdin_closed;
+};
+
+extern struct command command;
+
+#endif

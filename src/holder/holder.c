@@ -1,0 +1,157 @@
+/* holder.c — the holder's loop, the reap and the end (holder.h). */
+#define _GNU_SOURCE
+#include "holder.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/signalfd.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "command.h"
+#include "direct.h"
+#include "kept.h"
+#include "live.h"
+#include "options.h"
+#include "output.h"
+#include "start.h"
+#include "util.h"
+
+#define GRACE_MS 200 /* how long output may stay open once the shell is reaped */
+
+struct command command = { .shell_pid = -1, .exit_code = -1, .pty_fd = -1, .stdin_fd = -1 };
+
+static void reap(void) {
+  struct signalfd_siginfo info;
+  while (read(signal_fd, &info, sizeof info) == (ssize_t)sizeof info) {}
+  int status;
+  pid_t r;
+  do r = waitpid(command.shell_pid, &status, WNOHANG); while (r < 0 && errno == EINTR);
+  if (r == 0) return;
+  command.reaped = 1;
+  if (r < 0) { command.exit_code = -1; command.exit_signal = 0; } /* ECHILD: cannot happen, we are its only reaper */
+  else if (WIFSIGNALED(status)) { command.exit_code = -1; command.exit_signal = WTERMSIG(status); }
+  else { command.exit_code = WEXITSTATUS(status); command.exit_signal = 0; }
+  queue_reaped();
+}
+
+/* Into the status.tmp opened at start (its page already taken, so a full state fs cannot stop it), then renamed. */
+static void write_status(const char *line) {
+  char tmp[PATH_MAX], path[PATH_MAX];
+  snprintf(tmp, sizeof tmp, "%s/status.tmp", opt.dir);
+  snprintf(path, sizeof path, "%s/status", opt.dir);
+  ssize_t w;
+  do w = pwrite(status_fd, line, strlen(line), 0); while (w < 0 && errno == EINTR);
+  close(status_fd);
+  if (w == (ssize_t)strlen(line)) rename(tmp, path);
+  else unlink(tmp); /* no status: envd then sees a lost command, which is what it is */
+}
+
+/* Output complete: status first (envd trusts it), then the socket goes, then EXIT to whoever listens. */
+static void finish(void) __attribute__((noreturn));
+static void finish(void) {
+  for (int i = 0; i < command.source_count; i++)
+    if (command.sources[i].fd >= 0 && command.sources[i].fd != command.pty_fd) close(command.sources[i].fd);
+  if (command.pty_fd >= 0) close(command.pty_fd);
+  else if (command.stdin_fd >= 0) close(command.stdin_fd);
+  close_kept_output();
+  char line[128];
+  snprintf(line, sizeof line, "%d %d %d %d %llu\n", command.exit_code, command.exit_signal, kept_truncated(STREAM_STDOUT),
+           kept_truncated(STREAM_STDERR), (unsigned long long)log_end());
+  write_status(line);
+  remove_socket();
+  close(live.listen_fd);
+  if (live.client_fd < 0) exit(0);
+  /* All output is on the lent socket (the main loop finished its last event): it goes back before EXIT. */
+  if (live.mode == SEND_DIRECT || live.mode == SEND_DIRECT_WAIT) end_direct(DIRECT_ENDED_OFF);
+  queue_exit();
+  /* Nothing else to do: wait for the client to take the rest, or to go. */
+  flush_client_fully();
+  exit(0);
+}
+
+int holder_main(int argc, char **argv) {
+  parse_options(argc, argv);
+  start();
+
+  uint64_t grace_used = 0, last = now_ms(), accept_resume = 0;
+  int polled_sources = 0;
+  for (;;) {
+    uint64_t t = now_ms();
+    /* Grace runs only while the outputs were being polled: a stalled live client does not use it up. */
+    if (polled_sources) grace_used += t - last;
+    last = t;
+
+    int open_sources = 0;
+    for (int i = 0; i < command.source_count; i++) open_sources += !command.sources[i].eof;
+    /* A half-written event on the lent socket is finished first: EXIT must follow all output there. */
+    int direct_pending = live.client_fd >= 0 && live.mode == SEND_DIRECT && direct_unsent() > 0;
+    if (command.reaped && (open_sources == 0 || grace_used >= GRACE_MS) && !direct_pending) break;
+
+    /* Flush first: what it frees may let buffered messages be handled before deciding whether to read more. */
+    if (live.client_fd >= 0 && unsent_bytes() > 0) flush_client();
+    process_messages();
+
+    struct pollfd fds[7];
+    int nfds = 0, i_listen = -1, i_signal = -1, i_client = -1, i_stdin = -1, i_direct = -1, i_src[2] = { -1, -1 };
+    int timeout = -1;
+    if (accept_resume && t >= accept_resume) accept_resume = 0;
+    if (!accept_resume) { i_listen = nfds; fds[nfds++] = (struct pollfd){ live.listen_fd, POLLIN, 0 }; }
+    else timeout = (int)(accept_resume - t);
+    if (!command.reaped) { i_signal = nfds; fds[nfds++] = (struct pollfd){ signal_fd, POLLIN, 0 }; }
+    int reading = !output_held();
+    polled_sources = 0;
+    for (int i = 0; i < command.source_count; i++) {
+      if (command.sources[i].eof || !reading) continue;
+      i_src[i] = nfds;
+      fds[nfds++] = (struct pollfd){ command.sources[i].fd, POLLIN, 0 };
+      polled_sources = command.reaped;
+    }
+    if (polled_sources) {
+      int left = (int)(GRACE_MS - grace_used);
+      if (timeout < 0 || left < timeout) timeout = left;
+    }
+    if (stdin_write_pending()) { i_stdin = nfds; fds[nfds++] = (struct pollfd){ command.stdin_fd, POLLOUT, 0 }; }
+    if (direct_pending) { i_direct = nfds; fds[nfds++] = (struct pollfd){ direct_fd(), POLLOUT, 0 }; }
+    if (live.client_fd >= 0) {
+      short events = 0;
+      if (reading_client()) events |= POLLIN;
+      if (unsent_bytes() > 0) events |= POLLOUT;
+      i_client = nfds;
+      fds[nfds++] = (struct pollfd){ live.client_fd, events, 0 };
+    }
+
+    if (poll(fds, (nfds_t)nfds, timeout) < 0) {
+      if (errno == EINTR) continue;
+      /* Cannot happen with valid fds; avoid a hot loop if it ever does. */
+      struct timespec ts = { 0, 10 * 1000 * 1000 };
+      nanosleep(&ts, NULL);
+      continue;
+    }
+
+    for (int i = 0; i < command.source_count; i++) {
+      if (i_src[i] < 0 || !fds[i_src[i]].revents) continue;
+      /* Re-checked per source: two chunks in one round must not push the ring past its bound. */
+      if (output_held()) break;
+      read_source(&command.sources[i]);
+    }
+    /* After the output of the same round, so what the shell printed last usually precedes REAPED (not a promise). */
+    if (i_signal >= 0 && fds[i_signal].revents) reap();
+    if (i_stdin >= 0 && fds[i_stdin].revents && stdin_write_pending()) write_pending_stdin();
+    /* Re-checked: a message handled above may have given the socket back already. */
+    if (i_direct >= 0 && fds[i_direct].revents && live.mode == SEND_DIRECT && direct_unsent() > 0) write_direct();
+    if (i_client >= 0 && live.client_fd >= 0) {
+      short re = fds[i_client].revents;
+      if (re & POLLOUT) flush_client();
+      if (live.client_fd >= 0 && (re & POLLIN)) read_client();
+      else if (live.client_fd >= 0 && (re & (POLLHUP | POLLERR | POLLNVAL))) close_client();
+    }
+    if (i_listen >= 0 && fds[i_listen].revents) accept_client(&accept_resume);
+  }
+  finish();
+}

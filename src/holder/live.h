@@ -1,0 +1,75 @@
+/*
+ * live.h — the live channel (docs/holder-protocol.md, "Live channel"): the
+ * holder's listening socket, the one client (envd) connected to it, the
+ * messages it sends, and the bounded ring of what the holder has not yet
+ * been able to send it.
+ */
+#ifndef ENVD_LIVE_H
+#define ENVD_LIVE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define PROTOCOL_VERSION 3
+#define MAX_IN_PAYLOAD 65536   /* largest payload envd may send */
+#define LIVE_HIGH (256 * 1024) /* unsent bytes above which output is no longer read (LIVE on) */
+#define DATA_HEADER 14         /* type, length, stream, logEnd */
+#define TEXT_HEADER 9          /* stream, logEnd: in front of a TEXT's text */
+#define TEXT_MAX 65536         /* largest TEXT payload after its stream and logEnd: envd reads 64 KiB at a time */
+#define CHUNK 65536            /* one read(2) from the command */
+
+enum { MSG_LIVE_ON = 0x01, MSG_LIVE_OFF = 0x02, MSG_STDIN = 0x03, MSG_STDIN_EOF = 0x04, MSG_RESIZE = 0x05,
+       MSG_DIRECT_ON = 0x06, MSG_DIRECT_GO = 0x07, MSG_DIRECT_OFF = 0x08, MSG_DIRECT_PING = 0x09 };
+enum { MSG_HELLO = 0x80, MSG_SYNC = 0x81, MSG_DATA = 0x82, MSG_ACK = 0x83, MSG_REAPED = 0x84, MSG_EXIT = 0x85, MSG_TEXT = 0x86,
+       MSG_DIRECT_READY = 0x87, MSG_DIRECT_ENDED = 0x88 };
+
+/*
+ * What a LIVE client gets: nothing (LIVE off), DATA, or TEXT; or, while its stream client's socket is lent
+ * (direct.h), nothing yet (DIRECT_WAIT: envd still writes what it has) and then events on that socket
+ * (DIRECT). One state, so LIVE_OFF cannot leave TEXT or the socket on.
+ */
+enum { SEND_NOTHING = 0, SEND_DATA, SEND_TEXT, SEND_DIRECT_WAIT, SEND_DIRECT };
+
+struct live {
+  int listen_fd;
+  int client_fd; /* -1: no client */
+  int mode;      /* SEND_* */
+};
+extern struct live live;
+
+/* Creates and listens on <dir>/sock; fails the holder on error. */
+void listen_socket(void);
+/* Removes the socket (before the holder exits, or when it fails). */
+void remove_socket(void);
+
+/* Takes a waiting connection (the newest client wins); sets *accept_resume when out of fds or memory. */
+void accept_client(uint64_t *accept_resume);
+void close_client(void);
+/* Sends what the socket takes now; never waits. */
+void flush_client(void);
+/* Sends everything left, waiting as long as the client reads: the holder's last act. */
+void flush_client_fully(void);
+void read_client(void);
+/* Handles the whole messages buffered, stopping while a stdin write is pending or the client is behind. */
+void process_messages(void);
+
+/* Unsent bytes for the client. */
+size_t unsent_bytes(void);
+/* Room left in the ring. */
+size_t ring_room(void);
+/* Whether the client's messages may be read (no stdin write pending, the client not behind). */
+int reading_client(void);
+/* A STDIN being written to the command: continued on POLLOUT of stdin_fd. */
+int stdin_write_pending(void);
+void write_pending_stdin(void);
+
+/* Queues one message of two parts; a client that would overflow the ring is dropped. */
+void queue(int type, const void *a, size_t alen, const void *b, size_t blen);
+/* TEXT: its payload (stream, logEnd, text) is built in place at text_buffer(); `len` is the text's. */
+unsigned char *text_buffer(void);
+void queue_text(int stream, size_t len);
+void queue_reaped(void);
+void queue_exit(void);
+void queue_direct_ended(int reason);
+
+#endif

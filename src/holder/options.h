@@ -1,0 +1,31 @@
+/*
+ * options.h — a holder's command line (docs/holder-protocol.md, "Invocation"):
+ *   envd-holder --dir D --usage F --slot N --memory-budget B --spool-dir D
+ *     --spool-budget B --cap B [--stdin] [--pty CxR] -- FILE [ARGS...]
+ */
+#ifndef ENVD_OPTIONS_H
+#define ENVD_OPTIONS_H
+
+#include <stdint.h>
+
+#define USAGE_SLOTS 4096
+
+struct options {
+  const char *dir;       /* the command's state directory (absolute) */
+  const char *cmd_id;    /* its last component: names the spool segments */
+  const char *usage;     /* the usage table shared by all holders */
+  const char *spool_dir; /* absolute */
+  unsigned slot;
+  uint64_t memory_budget, spool_budget, cap;
+  int stdin;
+  int pty;
+  unsigned short cols, rows;
+  char **argv; /* the command: file, then arguments */
+};
+
+extern struct options opt;
+
+/* Fills `opt`, or says what is wrong on an "error" line and exits 1. */
+void parse_options(int argc, char **argv);
+
+#endif
