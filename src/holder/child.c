@@ -15,21 +15,42 @@
 #include "options.h"
 #include "util.h"
 
+/* The command's setup failed: say what on its stderr (`fd`), exit with the status for it. */
+static void fail_child(int fd, int status, const char *what, const char *detail) __attribute__((noreturn));
+static void fail_child(int fd, int status, const char *what, const char *detail) {
+  int err = errno;
+  char msg[640];
+  int len = snprintf(msg, sizeof msg, "envd-holder: %s%s: %s (%s)\n", what, detail, strerror(err), errno_name(err));
+  if (len > (int)sizeof msg - 1) {
+    len = (int)sizeof msg - 1;
+    msg[len - 1] = '\n';
+  }
+  (void)write_all(fd, msg, (size_t)len);
+  _exit(status);
+}
+
+/* Makes fd `from` the process's fd `to` (from != to; both are >= 3 before this, see start). */
+static void install_fd(int from, int to, int err_fd) {
+  if (dup2(from, to) < 0) fail_child(err_fd, CHILD_EXIT_STDIO, "cannot set up fd ", to == 0 ? "0" : to == 1 ? "1" : "2");
+}
+
 void run_child(const struct child_setup *setup) {
-  int in_fd = setup->in_fd, out_fd = setup->out_fd, err_fd = setup->err_fd;
-  setsid();
+  int in_fd = setup->in_fd, out_fd = setup->out_fd, err_fd = opt.pty ? setup->out_fd : setup->err_fd;
+  /* Never fails in a fresh fork (only a group leader cannot), but a command in envd's session must not run. */
+  if (setsid() < 0) fail_child(err_fd, CHILD_EXIT_SESSION, "setsid", "");
   if (opt.pty) {
     int t = open(setup->slave_name, O_RDWR); /* a session leader without a terminal acquires this one */
     if (t < 0) t = out_fd;                   /* the slave the holder opened: TIOCSCTTY makes it ours all the same */
-    (void)ioctl(t, TIOCSCTTY, 0);
+    if (ioctl(t, TIOCSCTTY, 0) < 0) fail_child(t, CHILD_EXIT_TERMINAL, "cannot make ", setup->slave_name);
     in_fd = out_fd = err_fd = t;
   } else if (in_fd < 0) {
     in_fd = open("/dev/null", O_RDONLY);
+    if (in_fd < 0) fail_child(err_fd, CHILD_EXIT_STDIO, "cannot open /dev/null", "");
   }
   /* All holder fds are >= 3 (start makes sure of it), so these dup2s never clobber each other. */
-  dup2(in_fd, 0);
-  dup2(out_fd, 1);
-  dup2(err_fd, 2);
+  install_fd(in_fd, 0, err_fd);
+  install_fd(out_fd, 1, err_fd);
+  install_fd(err_fd, 2, err_fd);
   struct sigaction dfl;
   memset(&dfl, 0, sizeof dfl);
   dfl.sa_handler = SIG_DFL;
@@ -52,12 +73,5 @@ void run_child(const struct child_setup *setup) {
   /* Everything of the holder's is O_CLOEXEC already; this is belt and braces. It also closes the start pipe. */
   close_fds_from(3);
   execvp(opt.argv[0], opt.argv);
-  char msg[512];
-  int len = snprintf(msg, sizeof msg, "envd-holder: cannot run %s: %s\n", opt.argv[0], strerror(errno));
-  if (len > (int)sizeof msg - 1) {
-    len = (int)sizeof msg - 1;
-    msg[len - 1] = '\n';
-  }
-  (void)write_all(2, msg, (size_t)len);
-  _exit(127);
+  fail_child(2, errno == ENOENT ? CHILD_EXIT_NOT_FOUND : CHILD_EXIT_NOT_RUN, "cannot run ", opt.argv[0]);
 }

@@ -9,6 +9,19 @@
 
 #include <sys/types.h>
 
+/*
+ * How the command's process fails before it runs the command: a line
+ * "envd-holder: <what failed>: <error> (<ERRNO>)" on the command's stderr (its
+ * pipe, or its terminal), and an exit status of its own for each kind.
+ */
+enum {
+  CHILD_EXIT_STDIO = 121,     /* stdin, stdout or stderr could not be set up (dup2, /dev/null) */
+  CHILD_EXIT_SESSION = 122,   /* setsid failed: the command would share envd's session */
+  CHILD_EXIT_TERMINAL = 123,  /* the terminal could not become the controlling terminal (TIOCSCTTY) */
+  CHILD_EXIT_NOT_RUN = 126,   /* exec failed for another reason than a missing file (EACCES, ENOEXEC, ...) */
+  CHILD_EXIT_NOT_FOUND = 127, /* exec: no such file */
+};
+
 /* What the child needs of the holder's set-up: -1 for what it does not have. */
 struct child_setup {
   int in_fd, out_fd, err_fd;

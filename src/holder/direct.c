@@ -8,6 +8,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "event.h"
 #include "live.h"
 
 #ifndef SYS_pidfd_open
@@ -17,24 +18,13 @@
 #define SYS_pidfd_getfd 438
 #endif
 
-#define DIRECT_HEAD 64 /* room for the chunk size line and the event's prefix in front of the text */
-#define DIRECT_TAIL 8  /* the event's suffix and the chunk's CRLF */
-
-/* What envd writes around a TEXT (src/commands/sse.ts): the holder writes exactly the same event. */
-static const char direct_prefix[3][48] = {
-  "",
-  "event: stdout\ndata: {\"stream\":\"stdout\",\"data\":\"",
-  "event: stderr\ndata: {\"stream\":\"stderr\",\"data\":\"",
-};
-static const char direct_suffix[] = "\"}\n\n";
-
 static struct {
   int fd;      /* the client's socket, or -1 */
   int chunked; /* envd's response uses chunked transfer coding: each event is one chunk */
   int closing; /* DIRECT_OFF came while an event was half written: the socket goes back once it is out */
   const unsigned char *next;
   size_t left; /* bytes of the current event not yet written */
-  unsigned char buf[DIRECT_HEAD + DIRECT_TEXT_CAP + DIRECT_TAIL];
+  unsigned char buf[EVENT_HEAD + DIRECT_TEXT_CAP + EVENT_TAIL];
 } direct = { .fd = -1 };
 
 enum { DIRECT_TAKEN = 0, DIRECT_NOT_ALLOWED = -1, DIRECT_GONE = -2 };
@@ -94,34 +84,9 @@ void end_direct(int reason) {
   queue_direct_ended(reason);
 }
 
-unsigned char *direct_text(void) { return direct.buf + DIRECT_HEAD; }
+unsigned char *direct_text(void) { return direct.buf + EVENT_HEAD; }
 size_t direct_unsent(void) { return direct.left; }
 int direct_fd(void) { return direct.fd; }
-
-/* Frames the text of length `len` at direct_text() (or a comment when stream is 0) as the pending event. */
-static void frame_event(int stream, size_t len) {
-  unsigned char *text = direct_text();
-  size_t pre = stream ? strlen(direct_prefix[stream]) : 0;
-  size_t suf = stream ? sizeof direct_suffix - 1 : 0;
-  unsigned char *start = text - pre;
-  memcpy(start, direct_prefix[stream], pre);
-  if (!stream) memcpy(text, ":\n\n", 3), len = 3; /* a keep-alive comment, as envd writes one */
-  memcpy(text + len, direct_suffix, suf);
-  size_t event = pre + len + suf, end = (size_t)(text - direct.buf) + len + suf;
-  if (direct.chunked) {
-    char head[16];
-    int n = 0;
-    for (size_t v = event; n == 0 || v; v >>= 4) head[n++] = "0123456789abcdef"[v & 15];
-    start -= n + 2;
-    for (int i = 0; i < n; i++) start[i] = (unsigned char)head[n - 1 - i];
-    start[n] = '\r';
-    start[n + 1] = '\n';
-    direct.buf[end++] = '\r';
-    direct.buf[end++] = '\n';
-  }
-  direct.next = start;
-  direct.left = (size_t)(direct.buf + end - start);
-}
 
 /* Writes what the socket takes now: 1 when the event is out, 0 when the rest waits for POLLOUT, -1 on error. */
 static int flush_event(void) {
@@ -145,7 +110,7 @@ void write_direct(void) {
 }
 
 void send_direct(int stream, size_t len) {
-  frame_event(stream, len);
+  direct.next = frame_event(direct_text(), len, stream, direct.chunked, &direct.left);
   write_direct();
 }
 

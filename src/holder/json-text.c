@@ -88,17 +88,13 @@ static size_t plain_run(const unsigned char *in, size_t max) {
 }
 
 /*
- * Decodes and escapes in[0..n) into out, stopping only when the next step
- * might not fit in `cap` (cap >= JSON_TEXT_MAX_GROWTH). Sets *used to the
- * input bytes taken (at least one when n > 0) and returns the output length.
- * A character left incomplete at the end stays in `d` for the next call.
- *
- * With cap >= JSON_TEXT_ROOM(n) every byte is taken (*used == n): after i
- * bytes the output is at most 6 * i (a byte writes at most 6; the U+FFFD that
- * ends an invalid sequence, written without taking a byte, follows at least
- * one byte of that sequence that wrote nothing), so while i < n there are
- * still 6 bytes of room for the next step. Callers that send one read as one
- * event rely on it (direct.h).
+ * With cap >= JSON_TEXT_ROOM(n) every byte is taken (*used == n). A step
+ * writes at most 6 bytes and takes its byte, except the U+FFFD that ends an
+ * invalid sequence: it takes nothing, but follows bytes of that sequence that
+ * wrote nothing. Those bytes were taken by this call, except for a sequence
+ * carried over from the previous call, whose U+FFFD (3 bytes) can only come
+ * first. So after i bytes the output is at most 6 * i + 3, and while i < n
+ * there are still the 6 bytes of room the next step needs.
  */
 size_t json_text(struct utf8_state *d, const unsigned char *in, size_t n, unsigned char *out, size_t cap, size_t *used) {
   size_t i = 0, o = 0;

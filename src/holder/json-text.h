@@ -24,13 +24,16 @@ struct utf8_state {
 
 /*
  * The most one step of json_text can write: "\u00xx" for a control byte (a
- * completed character is at most 4, a U+FFFD 3). It is also the most one input
- * byte can cost on average: every step that writes without taking a byte (a
- * U+FFFD ending an invalid sequence) follows bytes that wrote nothing.
+ * completed character is at most 4, a U+FFFD 3).
  */
 #define JSON_TEXT_MAX_GROWTH 6
-/* Output room in which json_text takes every one of n input bytes (see json_text). */
-#define JSON_TEXT_ROOM(n) ((n) * JSON_TEXT_MAX_GROWTH)
+/*
+ * Output room in which json_text takes every one of n input bytes: 6 per byte,
+ * plus the U+FFFD that ends a character left incomplete by the previous call
+ * (see json_text). JSON_TEXT_ROOM(1) is also the least room in which a call
+ * takes at least one byte.
+ */
+#define JSON_TEXT_ROOM(n) ((n) * JSON_TEXT_MAX_GROWTH + 3)
 
 /* A decoder at the start of a stream. */
 void utf8_reset(struct utf8_state *d);
@@ -38,9 +41,9 @@ void utf8_reset(struct utf8_state *d);
 size_t put_replacement(unsigned char *o);
 /*
  * Decodes and escapes in[0..n) into out, stopping only when the next step
- * might not fit in `cap` (cap >= JSON_TEXT_MAX_GROWTH). Sets *used to the
- * input bytes taken (at least one when n > 0) and returns the output length.
- * A character left incomplete at the end stays in `d` for the next call.
+ * might not fit in `cap` (cap >= JSON_TEXT_ROOM(1)). Sets *used to the input
+ * bytes taken (at least one when n > 0) and returns the output length. A
+ * character left incomplete at the end stays in `d` for the next call.
  * With cap >= JSON_TEXT_ROOM(n), *used == n (the proof is in json-text.c).
  */
 size_t json_text(struct utf8_state *d, const unsigned char *in, size_t n, unsigned char *out, size_t cap, size_t *used);

@@ -59,6 +59,11 @@ static void spawner_answer(struct spawner_child *c) {
  * exec cost ~1.8 ms per command on a 2-CPU guest. The child's memory is a copy
  * of this small process; the holder's state starts zeroed, as it was never
  * touched here. Its environment is the command's, as an exec would have made it.
+ *
+ * Running on after fork without exec is safe because the spawner is
+ * single-threaded: no other thread can hold a libc lock (malloc's, stdio's)
+ * at the fork, so the child may call anything, not only async-signal-safe
+ * functions. A thread added to the spawner would break this.
  */
 static void spawner_run_child(int out_fd, char *cwd, char **argv, char **envp) {
   struct sigaction dfl;
@@ -147,7 +152,15 @@ static void spawner_start(unsigned char *request, uint32_t len) {
     spawner_reply(out, (size_t)n);
     return;
   }
-  fcntl(p[0], F_SETFL, O_NONBLOCK);
+  if (fcntl(p[0], F_SETFL, O_NONBLOCK) < 0) {
+    /* Its line could not be waited for without blocking every other request: the holder goes, envd hears why. */
+    err = errno;
+    kill(pid, SIGKILL);
+    close(p[0]);
+    int n = snprintf(out, sizeof out, "%u 0 spawn-errno %d\n", id, err);
+    spawner_reply(out, (size_t)n);
+    return;
+  }
   *c = (struct spawner_child){ .fd = p[0], .id = id, .pid = pid, .len = 0 };
 }
 

@@ -79,7 +79,7 @@ describe('envd-holder start', () => {
     const holder = await startHolder({ command: ['/nonexistent/program', 'arg'] });
     const { status, log } = await finished(holder);
     expect(status).toEqual({ exitCode: 127, signal: 0, truncated: { stdout: false, stderr: false }, logEnd: expect.any(Number) });
-    expect(log.stderr.toString()).toBe('envd-holder: cannot run /nonexistent/program: No such file or directory\n');
+    expect(log.stderr.toString()).toBe('envd-holder: cannot run /nonexistent/program: No such file or directory (ENOENT)\n');
     expect(log.stdout.length).toBe(0);
   });
 
