@@ -74,6 +74,10 @@ export class HolderLink {
   private nextId = 1;
   private readonly acks = new Map<number, (status: AckStatus | 'closed') => void>();
   private closedFlag = false;
+  /** onClose has been called: once every message read before the close was delivered, or at once after close(). */
+  private closeReported = false;
+  /** envd closed the link itself (close()): what was still queued is dropped, not delivered. */
+  private dropping = false;
   /** The holder's protocol version, from its HELLO. */
   private version = 1;
   private readsPaused = false;
@@ -133,8 +137,12 @@ export class HolderLink {
     return !this.readsPaused;
   }
 
-  /** Connects to a holder's socket and resolves with its HELLO (the command's state at this moment). */
-  static connect(path: string): Promise<{ link: HolderLink; hello: Hello }> {
+  /**
+   * Connects to a holder's socket and resolves with its HELLO (the command's state at this moment).
+   * Rejects when the connect fails or no HELLO came within `helloTimeoutMs`: the holder may still be
+   * alive (stopped, or its backlog full), which only its pid record can tell (TrackedProcess).
+   */
+  static connect(path: string, helloTimeoutMs = HELLO_TIMEOUT_MS): Promise<{ link: HolderLink; hello: Hello }> {
     return new Promise((resolve, reject) => {
       let link: HolderLink | undefined;
       // Reads land in one buffer per link instead of a fresh 64 KiB allocation per read, and a message
@@ -144,7 +152,7 @@ export class HolderLink {
       // Node asks for the next read's buffer right after each read's callback (and once at the start).
       const socket = createConnection({ path, onread: { buffer: () => link?.nextReadTarget() ?? readBuffer, callback: (n) => link!.onRead(n) } });
       link = new HolderLink(socket, readBuffer);
-      const timer = setTimeout(() => fail(new Error(`no HELLO from the holder at ${path}`)), HELLO_TIMEOUT_MS);
+      const timer = setTimeout(() => fail(new Error(`no HELLO from the holder at ${path}`)), helloTimeoutMs);
       const fail = (error: Error) => {
         clearTimeout(timer);
         socket.destroy();
@@ -225,7 +233,9 @@ export class HolderLink {
     return this.request((id) => encodeResize(id, cols, rows));
   }
 
+  /** Closes the link from envd's side: nothing queued is delivered any more, onClose follows at once. */
   close(): void {
+    this.dropping = true;
     this.socket.destroy();
   }
 
@@ -249,9 +259,9 @@ export class HolderLink {
       this.closedFlag = true;
       for (const resolve of this.acks.values()) resolve('closed');
       this.acks.clear();
-      // Whatever was decoded before the close still counts (EXIT is usually the last message).
+      // Whatever the holder sent before it closed still counts (EXIT is usually the last message): it is
+      // delivered, held or not, before onClose says the holder is gone (deliver() reports it).
       this.deliver();
-      this.onClose();
     });
     this.deliver();
   }
@@ -261,6 +271,10 @@ export class HolderLink {
     if (this.delivering) return;
     this.delivering = true;
     try {
+      if (this.dropping) {
+        this.queue.length = 0;
+        this.queuedBytes = 0;
+      }
       for (;;) {
         if (!this.held && this.queue.length > 0) {
           const message = this.queue.shift()!;
@@ -268,8 +282,9 @@ export class HolderLink {
           this.onMessage(message);
           continue;
         }
-        if (this.queuedBytes >= HELD_QUEUE_BYTES) break;
-        const message = this.decoder.next();
+        // Once closed, everything read is decoded: no read can come after it, so nothing moves in the buffer.
+        if (this.queuedBytes >= HELD_QUEUE_BYTES && !this.closedFlag) break;
+        const message = this.dropping ? undefined : this.decoder.next();
         if (message === undefined) break;
         if (message.type === 'ack') {
           this.acks.get(message.id)?.(message.status);
@@ -286,6 +301,11 @@ export class HolderLink {
       this.delivering = false;
     }
     this.settleReads();
+    // The holder is gone once all it sent has been delivered (a held link delivers the rest when released).
+    if (this.closedFlag && this.queue.length === 0 && !this.closeReported) {
+      this.closeReported = true;
+      this.onClose();
+    }
   }
 
   /**

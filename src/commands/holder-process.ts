@@ -4,8 +4,15 @@ import { signalProcess } from './kill-tree.js';
 import type { HolderPids } from './meta.js';
 import type { PreparedCommand } from './spawn.js';
 
+/**
+ * How long the holder of a streamed command reads none of its output while
+ * waiting for the stream's LIVE_ON (--hold-output): envd says it within
+ * milliseconds; this only bounds how long a command waits for an envd that died.
+ */
+export const HOLD_OUTPUT_MS = 10_000;
+
 /** How long a holder may take to say `ready`: it only makes a socket and pipes and forks. */
-const READY_TIMEOUT_MS = 10_000;
+export const READY_TIMEOUT_MS = 10_000;
 
 export interface HolderOptions {
   holderPath: string;
@@ -16,6 +23,8 @@ export interface HolderOptions {
   spoolDir: string;
   spoolBudget: number;
   capBytes: number;
+  /** Read no output until envd says LIVE_ON (a streamed command: its client gets every byte, past the cap too). */
+  holdOutput: boolean;
 }
 
 /**
@@ -40,6 +49,7 @@ export async function startHolder(prepared: PreparedCommand, options: HolderOpti
     '--spool-budget', String(options.spoolBudget),
     '--cap', String(options.capBytes),
     ...(prepared.stdin ? ['--stdin'] : []),
+    ...(options.holdOutput ? ['--hold-output', String(HOLD_OUTPUT_MS)] : []),
     ...(prepared.pty ? ['--pty', `${prepared.pty.cols}x${prepared.pty.rows}`] : []),
     '--', prepared.file, ...prepared.args,
   ];

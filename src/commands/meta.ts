@@ -75,7 +75,7 @@ export async function writeMeta(dir: string, meta: CommandMeta): Promise<void> {
  * undefined when it is missing or unreadable (a start that never finished).
  */
 export function readMeta(dir: string): CommandMeta | 'newer' | undefined {
-  const text = readTextSync(join(dir, 'meta.json'));
+  const text = readIfExists(join(dir, 'meta.json'));
   if (text === undefined) return undefined;
   try {
     const meta = JSON.parse(text) as CommandMeta;
@@ -87,34 +87,59 @@ export function readMeta(dir: string): CommandMeta | 'newer' | undefined {
   }
 }
 
+/** The pid file; undefined while there is none (the holder writes it whole, by rename). */
 export function readHolderPids(dir: string): HolderPids | undefined {
-  const [shellPid, shellStart, holderPid, holderStart] = readTextSync(join(dir, 'pid'))?.trim().split(' ') ?? [];
+  const [shellPid, shellStart, holderPid, holderStart] = readIfExists(join(dir, 'pid'))?.trim().split(' ') ?? [];
   if (!shellPid || !shellStart || !holderPid || !holderStart) return undefined;
   return { shellPid: Number(shellPid), shellStart, holderPid: Number(holderPid), holderStart };
 }
 
-function readTextSync(path: string): string | undefined {
+/**
+ * A file's text, or undefined when it does not exist. Any other failure
+ * (EMFILE, ENOMEM, EACCES) says nothing about the file and is thrown: a
+ * record that cannot be read right now must never be taken for one that is not there.
+ */
+function readIfExists(path: string): string | undefined {
   try {
     return readFileSync(path, 'utf8');
-  } catch {
-    return undefined;
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code === 'ENOENT') return undefined;
+    throw error;
   }
 }
 
+/** The status file; undefined when there is none (the holder never finished its output). Throws on EMFILE and the like. */
 export async function readHolderStatus(dir: string): Promise<HolderStatus | undefined> {
-  const text = await readFile(join(dir, 'status'), 'utf8').catch(() => undefined);
+  const text = await readFile(join(dir, 'status'), 'utf8').catch((error: NodeJS.ErrnoException) => {
+    if (error.code === 'ENOENT') return undefined;
+    throw error;
+  });
   const fields = text?.trim().split(' ').map(Number) ?? [];
   if (fields.length < 5 || fields.some((n) => !Number.isFinite(n))) return undefined;
   const [exitCode, signal, out, err, logEnd] = fields as [number, number, number, number, number];
   return { exitCode, signal, truncated: { stdout: out === 1, stderr: err === 1 }, logEnd };
 }
 
-/** Field 22 of /proc/<pid>/stat: when the process started, in clock ticks since boot. Undefined if it is gone. */
-export async function processStartTime(pid: number): Promise<string | undefined> {
-  const stat = await readFile(`/proc/${pid}/stat`, 'utf8').catch(() => undefined);
-  if (stat === undefined) return undefined;
+/**
+ * Whether the process that had `pid` when it started at `start` is still
+ * running ('same'), has exited but not been reaped ('zombie': its pid is not
+ * reused yet, but it does nothing), is gone ('gone'), or cannot be told right
+ * now ('unknown': /proc could not be read, e.g. out of descriptors). Callers
+ * decide which way 'unknown' counts: a holder is not gone, a pid is not safe
+ * to signal. A pid with another start time is another process: gone.
+ */
+export function processState(pid: number, start: string): 'same' | 'zombie' | 'gone' | 'unknown' {
+  let stat: string | undefined;
+  try {
+    stat = readIfExists(`/proc/${pid}/stat`);
+  } catch {
+    return 'unknown';
+  }
+  if (stat === undefined) return 'gone';
   // The command name may hold ") ", so fields are counted after the last one: state is field 3, start time 22.
-  return stat.slice(stat.lastIndexOf(')') + 2).split(' ')[19];
+  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  if (fields[19] !== start) return 'gone';
+  return fields[0] === 'Z' || fields[0] === 'X' ? 'zombie' : 'same';
 }
 
 /** Milliseconds of CLOCK_MONOTONIC, the same clock for every process on this boot (a restarted envd included). */

@@ -1,16 +1,17 @@
+import { statSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Config } from '../config.js';
 import { HttpError } from '../errors.js';
 import { holderBinaryPath } from '../holder/binary.js';
 import type { Logger } from '../logger.js';
-import { HolderLink } from './holder-link.js';
-import { startHolder } from './holder-process.js';
+import { HolderLink, HELLO_TIMEOUT_MS } from './holder-link.js';
+import { READY_TIMEOUT_MS, startHolder } from './holder-process.js';
 import { HolderSpawner } from './holder-spawner.js';
 import { createMeta, META_VERSION, monotonicMs, readHolderPids, readHolderStatus, readMeta, type CommandMeta, type HolderPids } from './meta.js';
-import { killProcessTree, killProcessTrees } from './kill-tree.js';
+import { killProcessTree, killProcessTrees, signalProcess } from './kill-tree.js';
 import type { PreparedCommand } from './spawn.js';
 import { StateDir } from './state-dir.js';
-import { TrackedProcess } from './tracked-process.js';
+import { RECONNECT_HELLO_TIMEOUT_MS, TrackedProcess } from './tracked-process.js';
 
 /**
  * Finished background commands nobody has waited for are kept for `wait`, up
@@ -20,6 +21,22 @@ export const MAX_FINISHED_BACKGROUND = 1000;
 
 /** How long shutdown waits for killed commands to be reaped. */
 export const KILL_ALL_WAIT_MS = 3_000;
+
+/**
+ * A record without a pid file is a start a previous envd did not see
+ * through: its holder may still come up (the spawner starts what it was
+ * sent) and write one. It is waited for this long after the record was
+ * written, a little more than envd gives a holder to say `ready`, before the
+ * record is taken for a start that never happened.
+ */
+export const UNSTARTED_RECORD_WAIT_MS = READY_TIMEOUT_MS + 2_000;
+const UNSTARTED_RECORD_POLL_MS = 100;
+
+export interface StartOptions {
+  background: boolean;
+  timeoutMs: number;
+  streamed?: boolean;
+}
 
 /**
  * The commands envd tracks, by OS pid (the shell's). Foreground and streamed
@@ -64,7 +81,11 @@ export class ProcessRegistry {
     return this.state.usage();
   }
 
-  async start(prepared: PreparedCommand, options: { background: boolean; timeoutMs: number }): Promise<TrackedProcess> {
+  /**
+   * Starts a command. `streamed`: its request streams the output (POST /commands/stream), which must get
+   * every byte: the holder reads nothing until that stream says LIVE_ON.
+   */
+  async start(prepared: PreparedCommand, options: StartOptions): Promise<TrackedProcess> {
     if (this.closing) throw new HttpError(503, 'envd is shutting down');
     const started = this.launch(prepared, options);
     this.starting.add(started);
@@ -75,7 +96,7 @@ export class ProcessRegistry {
     }
   }
 
-  private async launch(prepared: PreparedCommand, options: { background: boolean; timeoutMs: number }): Promise<TrackedProcess> {
+  private async launch(prepared: PreparedCommand, options: StartOptions): Promise<TrackedProcess> {
     const slot = this.state.takeSlot();
     const { id, dir } = await this.state.createCommandDir().catch((error: unknown) => {
       this.state.releaseSlot(slot);
@@ -107,6 +128,7 @@ export class ProcessRegistry {
           spoolDir: this.config.spoolDir,
           spoolBudget: this.config.maxSpoolBytes,
           capBytes: this.config.maxOutputBytes,
+          holdOutput: options.streamed ?? false,
         },
         this.spawner,
       );
@@ -170,22 +192,19 @@ export class ProcessRegistry {
   }
 
   /**
-   * Connects to a command's holder and follows it; a holder that is gone leaves the command finished.
-   * `started`: the pid record from a holder's ready line (re-adopted ones are read from their pid file).
-   * A holder that has just said `ready` is alive: failing to connect to it is an error, not an end.
+   * Connects to a command's holder and follows it. `started`: the pid record from a holder's ready line
+   * (re-adopted ones are read from their pid file). A holder that has just said `ready` is alive: failing
+   * to connect to it is an error, not an end. A re-adopted one that does not answer is alive or gone as
+   * its pid record says: alive, it is tracked as running and reconnected to; gone, it has finished.
    */
   private async follow(id: string, dir: string, meta: CommandMeta, adopted: boolean, started?: HolderPids): Promise<TrackedProcess> {
     const pids = started ?? readHolderPids(dir);
     if (!pids) throw new Error(`no pid file in ${dir}`);
-    const connected = await HolderLink.connect(join(dir, 'sock')).catch(async (error: unknown) => {
-      if (adopted || (await readHolderStatus(dir))) return undefined;
+    const connected = await HolderLink.connect(join(dir, 'sock'), adopted ? RECONNECT_HELLO_TIMEOUT_MS : HELLO_TIMEOUT_MS).catch(async (error: unknown) => {
+      if (adopted || (await readHolderStatus(dir).catch(() => undefined))) return undefined;
       // Started, but not reachable: end it rather than track a command nobody can follow or kill.
       killProcessTree(pids.shellPid, { leaderReaped: false });
-      try {
-        process.kill(pids.holderPid, 'SIGKILL');
-      } catch {
-        // already gone
-      }
+      signalProcess(pids.holderPid, 'SIGKILL');
       throw new HttpError(503, 'the command started but its holder did not answer; retry shortly', { cause: error });
     });
     const proc = new TrackedProcess({
@@ -194,12 +213,14 @@ export class ProcessRegistry {
       meta,
       pids,
       link: connected?.link,
-      reaped: connected ? connected.hello.reaped : true,
+      reaped: connected?.hello.reaped ?? false,
       adopted,
       logEnd: connected?.hello.logEnd ?? 0,
       logger: this.log,
     });
-    if (!connected) await proc.completeFromStatus();
+    if (connected) return proc;
+    if (proc.holderAlive()) void proc.reconnect();
+    else await proc.completeFromStatus();
     return proc;
   }
 
@@ -223,32 +244,85 @@ export class ProcessRegistry {
    */
   private async adopt(): Promise<void> {
     const found: TrackedProcess[] = [];
+    const later: { id: string; meta?: CommandMeta }[] = [];
     const ids = await this.state.listCommandIds();
     await Promise.all(
       ids.map(async (id) => {
-        const dir = this.state.commandDir(id);
-        const meta = readMeta(dir);
-        // Written by a newer envd: not ours to judge.
-        if (meta === 'newer') return;
-        if (!meta) {
-          // A start that never finished.
-          await this.state.removeCommand(id);
-          return;
-        }
-        try {
-          found.push(await this.follow(id, dir, meta, true));
-        } catch (error) {
-          this.log.warn({ err: error, id }, 'could not re-adopt a command: removing its record');
-          await this.state.removeCommand(id);
-        }
+        const record = await this.adoptRecord(id).catch((error: unknown) => ({ unreadable: error }));
+        if (record instanceof TrackedProcess) found.push(record);
+        else if ('unstarted' in record) later.push({ id, meta: record.unstarted });
+        else if ('unreadable' in record) later.push({ id });
       }),
     );
     found.sort((a, b) => a.startedAt.getTime() - b.startedAt.getTime());
-    this.state.claimSlots(found.map((proc) => proc.meta.slot));
+    // A record not read yet keeps its slot unknown: the slot it names may be handed out meanwhile (only the budgets' count suffers).
+    this.state.claimSlots([...found.map((proc) => proc.meta.slot), ...later.flatMap((entry) => (entry.meta ? [entry.meta.slot] : []))]);
     for (const proc of found) this.track(proc);
-    const swept = await this.state.sweepSpool(new Set(found.map((proc) => proc.id)));
-    if (found.length > 0 || swept > 0) {
-      this.log.info({ adopted: found.length, running: found.filter((proc) => proc.running).length, sweptSpoolFiles: swept }, 're-adopted the commands of a previous envd');
+    for (const entry of later) void this.adoptLater(entry.id);
+    const swept = await this.state.sweepSpool(new Set([...found.map((proc) => proc.id), ...later.map((entry) => entry.id)]));
+    if (found.length > 0 || swept > 0 || later.length > 0) {
+      this.log.info(
+        { adopted: found.length, running: found.filter((proc) => proc.running).length, later: later.length, sweptSpoolFiles: swept },
+        're-adopted the commands of a previous envd',
+      );
+    }
+  }
+
+  /**
+   * One record of a previous envd: followed, left alone (a newer envd's),
+   * removed (torn before its holder could be asked for), or to be looked at
+   * again: no pid file yet (a start under way), or a read that failed (EMFILE).
+   * Throws when the record cannot be read.
+   */
+  private async adoptRecord(id: string): Promise<TrackedProcess | { newer: true } | { removed: true } | { unstarted: CommandMeta }> {
+    const dir = this.state.commandDir(id);
+    const meta = readMeta(dir);
+    // Written by a newer envd: not ours to judge.
+    if (meta === 'newer') return { newer: true };
+    if (!meta) {
+      // Torn before its holder could be asked for (written in place, see createMeta): nothing runs for it.
+      await this.state.removeCommand(id);
+      return { removed: true };
+    }
+    if (!readHolderPids(dir)) return { unstarted: meta };
+    return this.follow(id, dir, meta, true);
+  }
+
+  /**
+   * A record whose holder had not written its pid file when the previous envd
+   * stopped (the holder may still be coming up), or one that could not be read.
+   * It is looked at again with back-off until it can be followed. A start that
+   * never happened (no pid file long after the record was written) is
+   * removed and its slot freed; a holder that comes up later than that finds
+   * its directory gone, cannot write its pid file, and kills its command.
+   */
+  private async adoptLater(id: string): Promise<void> {
+    const dir = this.state.commandDir(id);
+    for (let delay = UNSTARTED_RECORD_POLL_MS; !this.closing && !this.detached; delay = Math.min(delay * 2, UNSTARTED_RECORD_POLL_MS * 20)) {
+      await new Promise((resolve) => setTimeout(resolve, delay));
+      if (this.closing || this.detached) return;
+      let record;
+      try {
+        record = await this.adoptRecord(id);
+      } catch (error) {
+        this.log.warn({ err: error, id }, 'cannot read the record of a command yet: retrying');
+        continue;
+      }
+      if (record instanceof TrackedProcess) {
+        if (this.closing || this.detached) return record.detach();
+        this.state.claimSlot(record.meta.slot);
+        this.track(record);
+        this.log.info({ pid: record.pid, running: record.running }, 're-adopted a command later');
+        return;
+      }
+      if (!('unstarted' in record)) return;
+      const written = statSync(join(dir, 'meta.json'), { throwIfNoEntry: false })?.mtimeMs ?? 0;
+      if (Date.now() > written + UNSTARTED_RECORD_WAIT_MS) {
+        this.log.warn({ id, cmd: record.unstarted.cmd }, 'a command whose start a previous envd did not see through never came up: removing its record');
+        await this.state.removeCommand(id);
+        this.state.releaseSlot(record.unstarted.slot);
+        return;
+      }
     }
   }
 

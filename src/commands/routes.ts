@@ -89,7 +89,7 @@ export const commandRoutes: FastifyPluginAsyncTypebox<CommandRoutesOptions> = as
     async (request, reply) => {
       // Everything that can fail with a JSON error happens before the stream starts.
       const prepared = await prepareCommand(request.body, state);
-      const proc = await processes.start(prepared, { background: false, timeoutMs: timeoutMs(request.body.timeout) });
+      const proc = await processes.start(prepared, { background: false, timeoutMs: timeoutMs(request.body.timeout), streamed: true });
       // The stream owns the command: forgotten once it has ended and the stream is over (sent out, or cut by the client).
       const streamOver = new Promise((resolve) => reply.raw.once('close', resolve));
       void Promise.all([proc.finished, streamOver]).then(() => processes.forget(proc.pid, proc));

@@ -205,6 +205,11 @@ class SseSubscriber implements OutputSubscriber {
     this.decoders[stream] = new StringDecoder('utf8');
   }
 
+  abort(): void {
+    clearInterval(this.keepAlive);
+    this.res.destroy();
+  }
+
   finish(exit: ExitInfo): void {
     clearInterval(this.keepAlive);
     if (!this.session.isConnected) return;

@@ -70,6 +70,19 @@ export class StateDir {
     }
   }
 
+  /**
+   * Marks one more slot as taken: a command re-adopted after the others
+   * (claimSlots). Its slot may have been handed out meanwhile if its record
+   * could not be read at first; then two commands share it, and only the
+   * budgets' count is off until one of them is gone.
+   */
+  claimSlot(slot: number): void {
+    if (!Number.isInteger(slot) || slot < 0 || slot >= USAGE_SLOTS) return;
+    this.usedSlots.add(slot);
+    const free = this.freeSlots.indexOf(slot);
+    if (free >= 0) this.freeSlots.splice(free, 1);
+  }
+
   takeSlot(): number {
     let slot = this.freeSlots.pop();
     while (slot === undefined && this.nextFresh < USAGE_SLOTS) {
@@ -113,8 +126,13 @@ export class StateDir {
     return join(this.commandsDir, id);
   }
 
+  /** The ids of the command directories. A failure to list them (EMFILE) is thrown: no list must never mean no commands. */
   async listCommandIds(): Promise<string[]> {
-    return (await readdir(this.commandsDir).catch(() => [])).filter((name) => /^[0-9a-f]{16}$/.test(name));
+    const names = await readdir(this.commandsDir).catch((error: NodeJS.ErrnoException) => {
+      if (error.code === 'ENOENT') return [];
+      throw error;
+    });
+    return names.filter((name) => /^[0-9a-f]{16}$/.test(name));
   }
 
   /**

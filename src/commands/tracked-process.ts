@@ -2,19 +2,31 @@ import { writeFileSync } from 'node:fs';
 import { access } from 'node:fs/promises';
 import { constants } from 'node:os';
 import { join } from 'node:path';
-import { conflict } from '../errors.js';
+import { conflict, HttpError } from '../errors.js';
 import type { AckStatus, DirectEndReason, StreamName, Truncation } from '../holder/protocol.js';
 import type { Logger } from '../logger.js';
-import type { HolderLink } from './holder-link.js';
+import { HolderLink } from './holder-link.js';
 import { KeptLog } from './kept-log.js';
-import { killProcessTrees, signalGroup, type TreeRoot } from './kill-tree.js';
-import { monotonicMs, readHolderStatus, writeMeta, type CommandMeta, type HolderPids, type PtySize } from './meta.js';
+import { killProcessTrees, signalGroup, signalProcess, type TreeRoot } from './kill-tree.js';
+import { monotonicMs, processState, readHolderStatus, writeMeta, type CommandMeta, type HolderPids, type PtySize } from './meta.js';
 import type { ExitInfo } from './schemas.js';
 
 /** The exit code a timed-out command reports, as coreutils `timeout` does. */
 export const TIMEOUT_EXIT_CODE = 124;
 
 const SIGNAL_NAMES = new Map(Object.entries(constants.signals).map(([name, number]) => [number, name]));
+
+/**
+ * How long a reconnect waits for the holder's HELLO. Short: a holder that does
+ * not answer (stopped, or its backlog full) is retried, never taken for gone.
+ */
+export const RECONNECT_HELLO_TIMEOUT_MS = 2_000;
+/** Back-off between reconnects to a live holder that did not answer: from the first to the last. */
+export const RECONNECT_BACKOFF_MS = { first: 100, max: 5_000 } as const;
+/** How long a status file that exists but cannot be read (EMFILE) is retried before the command counts as lost. */
+const STATUS_READ_PATIENCE_MS = 60_000;
+/** How long forgetting a command waits for a holder without a link to be gone after SIGKILL. */
+const HOLDER_EXIT_WAIT_MS = 5_000;
 
 /**
  * Someone following a command's output: a stream client or an attacher.
@@ -35,6 +47,8 @@ export interface OutputSubscriber {
   pushText(stream: StreamName, json: Buffer): void;
   /** The last call: the command has ended and its output is complete. */
   finish(exit: ExitInfo): void;
+  /** The output can no longer be followed without a gap (envd lost the holder's channel): the stream ends, cut. */
+  abort(): void;
   /** True while it holds output it could not yet write; the command is paused meanwhile. */
   readonly backedUp: boolean;
   /** The client's socket, if the holder may write this subscriber's live output to it itself. */
@@ -74,7 +88,11 @@ export interface TrackedProcessInit {
   dir: string;
   meta: CommandMeta;
   pids: HolderPids;
-  /** The live channel to the holder, or undefined when the holder has already gone. */
+  /**
+   * The live channel to the holder; undefined when envd could not connect, in which case the
+   * holder's pid record decides: alive (stopped, out of fds, slow) means the command runs and envd
+   * reconnects, gone means it ended (its status file says how).
+   */
   link: HolderLink | undefined;
   reaped: boolean;
   /** Re-adopted after a restart of envd: kept once finished, whoever started it (its client is gone). */
@@ -104,8 +122,10 @@ export class TrackedProcess {
 
   private readonly logger: Logger;
   private readonly dir: string;
-  private readonly holderPid: number;
+  private readonly pids: HolderPids;
   private link: HolderLink | undefined;
+  /** Set by release(): nothing may connect or reconnect any more. */
+  private released = false;
   private reaped: boolean;
   private logEnd: number;
   private finalLogEnd: number | undefined;
@@ -126,7 +146,7 @@ export class TrackedProcess {
     this.dir = init.dir;
     this.meta = init.meta;
     this.pid = init.pids.shellPid;
-    this.holderPid = init.pids.holderPid;
+    this.pids = init.pids;
     this.log = new KeptLog(init.dir);
     this.startedAt = new Date(init.meta.started_at);
     this.keepWhenFinished = init.meta.background || init.adopted;
@@ -134,12 +154,56 @@ export class TrackedProcess {
     this.reaped = init.reaped;
     this.logEnd = init.logEnd;
     this.finished = new Promise((resolve) => (this.resolveFinished = resolve));
-    this.link = init.link;
-    if (this.link) {
-      this.link.onMessage = (message) => this.onMessage(message);
-      this.link.onClose = () => void this.onHolderGone();
+    if (init.link) this.attach(init.link);
+    if (init.meta.deadline_ms !== null) this.armTimeout(init.meta.deadline_ms);
+  }
+
+  /**
+   * Whether the command's holder is still there: its pid with the start time it
+   * recorded. A holder that cannot be reached is not gone, and neither is one
+   * whose record cannot be read right now.
+   */
+  holderAlive(): boolean {
+    const state = processState(this.pids.holderPid, this.pids.holderStart);
+    return state === 'same' || state === 'unknown';
+  }
+
+  /**
+   * For a command whose holder did not answer: keeps trying, with back-off,
+   * for as long as the holder lives; once it is gone, the command has ended
+   * and its status file says how. Meanwhile the command is listed as running.
+   */
+  async reconnect(): Promise<void> {
+    for (let delay: number = RECONNECT_BACKOFF_MS.first; ; delay = Math.min(delay * 2, RECONNECT_BACKOFF_MS.max)) {
+      if (this.released || this.detached || this.link || this.exitInfo) return;
+      if (!this.holderAlive()) {
+        await this.complete();
+        return;
+      }
+      try {
+        const { link, hello } = await HolderLink.connect(join(this.dir, 'sock'), RECONNECT_HELLO_TIMEOUT_MS);
+        if (this.released || this.detached || this.link || this.exitInfo) {
+          link.close();
+          return;
+        }
+        this.reaped = hello.reaped;
+        this.logEnd = hello.logEnd;
+        this.attach(link);
+        this.logger.info({ pid: this.pid }, 'reached the holder of a command again');
+        return;
+      } catch (error) {
+        this.logger.warn({ err: error, pid: this.pid, retryMs: delay }, 'the holder of a command is alive but did not answer: retrying');
+      }
+      await new Promise((resolve) => setTimeout(resolve, delay));
     }
-    if (init.meta.deadline_ms !== null && this.link) this.armTimeout(init.meta.deadline_ms);
+  }
+
+  /** Follows the holder over a (new) link; subscribers waiting for live output get it from here. */
+  private attach(link: HolderLink): void {
+    this.link = link;
+    link.onMessage = (message) => this.onMessage(message);
+    link.onClose = () => void this.onHolderGone();
+    if (this.live === 'syncing') link.liveOn();
   }
 
   get running(): boolean {
@@ -287,23 +351,34 @@ export class TrackedProcess {
   tree(): TreeRoot | undefined {
     // Handed over to the next envd: the requests cut by this one's exit must not take their commands along.
     if (this.detached) return undefined;
-    return { root: this.pid, leaderReaped: this.reaped };
+    return { root: this.pid, leaderReaped: this.shellReaped() };
   }
 
   /** Sends a signal to the process group; false once the shell is gone (its pid may be reused). */
   signal(signal: NodeJS.Signals): boolean {
-    if (this.reaped) return false;
+    if (this.shellReaped()) return false;
     return signalGroup(this.pid, signal);
+  }
+
+  /** Whether the shell's pid may belong to someone else: the holder said so, or (no link) its record says so. */
+  private shellReaped(): boolean {
+    if (this.reaped) return true;
+    if (this.link) return false;
+    // Not reaped while it runs or is a zombie: its holder, its only reaper, has not taken it, so the pid is still its.
+    const state = processState(this.pids.shellPid, this.pids.shellStart);
+    return state !== 'same' && state !== 'zombie';
   }
 
   /** Resolves once the command took the data: a command that does not read holds the caller. */
   async writeStdin(data: string): Promise<void> {
     this.requireStdin();
+    this.requireReachable();
     this.checkAck(await (this.link?.stdin(Buffer.from(data, 'utf8')) ?? 'closed'));
   }
 
   async closeStdin(): Promise<void> {
     this.requireStdin();
+    this.requireReachable();
     const status = this.link ? await this.link.stdinEof() : 0;
     // An ended command's stdin is closed already: closing it again is fine.
     if (status !== 'closed') this.checkAck(status);
@@ -315,6 +390,7 @@ export class TrackedProcess {
 
   async resize(cols: number, rows: number): Promise<void> {
     if (!this.meta.pty) throw conflict(`pid ${this.pid} has no terminal (it was not started with pty)`);
+    this.requireReachable();
     const status = this.link ? await this.link.resize(cols, rows) : 'closed';
     if (status === 'closed') throw conflict(`the terminal of pid ${this.pid} is closed: the command has ended`);
     this.checkAck(status);
@@ -326,19 +402,21 @@ export class TrackedProcess {
   /**
    * Stops following the command, for good: kills it if it still runs (with
    * its holder, which would otherwise go on writing files that are about to
-   * be removed) and closes the live channel. Resolves once the holder is gone.
+   * be removed) and closes the live channel. Resolves once the holder is gone:
+   * its directory must not be removed while it lives.
    */
   async release(): Promise<void> {
+    this.released = true;
     clearTimeout(this.timeoutTimer);
     const link = this.link;
-    if (!link || link.closed) return;
     if (this.running) {
       this.kill();
-      try {
-        process.kill(this.holderPid, 'SIGKILL');
-      } catch {
-        // Already gone.
-      }
+      if (this.holderAlive()) signalProcess(this.pids.holderPid, 'SIGKILL');
+    }
+    if (!link || link.closed) {
+      // No link (never reached, or lost): the pid record is all there is to wait on.
+      for (const deadline = Date.now() + HOLDER_EXIT_WAIT_MS; this.holderAlive() && Date.now() < deadline; ) await new Promise((resolve) => setTimeout(resolve, 20));
+      return;
     }
     const gone = new Promise<void>((resolve) => {
       const previous = link.onClose;
@@ -358,6 +436,11 @@ export class TrackedProcess {
     if (!this.link) return;
     this.link.onClose = () => {};
     this.link.close();
+  }
+
+  /** A running command whose holder envd cannot reach right now: its stdin and terminal wait for the reconnect. */
+  private requireReachable(): void {
+    if (this.running && !this.link) throw new HttpError(503, `the holder of pid ${this.pid} does not answer right now; retry shortly`);
   }
 
   private requireStdin(): void {
@@ -444,6 +527,17 @@ export class TrackedProcess {
 
   private async onHolderGone(): Promise<void> {
     this.link = undefined;
+    // The link closed but the holder lives (it dropped this connection): follow it over a new one. Whoever
+    // followed the output over the old one cannot be continued without a gap: their streams end, they attach again.
+    // (After EXIT the holder lives on until envd has closed its end: that is its end, not a lost link.)
+    if (this.finalLogEnd === undefined && !this.released && !this.detached && this.holderAlive()) {
+      this.lent = undefined;
+      this.live = 'off';
+      for (const subscriber of this.subscribers.keys()) subscriber.abort();
+      this.subscribers.clear();
+      void this.reconnect();
+      return;
+    }
     // The holder's copy of a lent socket closed with it; output it did not write is in the log.
     const lent = this.lent;
     this.lent = undefined;
@@ -458,7 +552,10 @@ export class TrackedProcess {
     if (this.finalLogEnd !== undefined) return;
     let end = ended;
     if (!end) {
-      const status = await readHolderStatus(this.dir);
+      const status = await readStatusPatiently(this.dir).catch((error: unknown) => {
+        this.logger.error({ err: error, pid: this.pid }, 'could not read the status file of a command');
+        return undefined;
+      });
       if (status) this.truncation = status.truncated;
       end = status ?? { exitCode: -1, signal: 0, logEnd: await this.log.size() };
       if (!status && !this.timedOut) this.logger.warn({ pid: this.pid }, 'the holder of a command ended without recording its exit: reporting exit code 1');
@@ -489,6 +586,23 @@ export function describeExit(exitCode: number, signal: number, timedOut: boolean
   if (timedOut) return { exit_code: TIMEOUT_EXIT_CODE, timed_out: true };
   if (signal > 0) return { exit_code: 128 + signal, signal: SIGNAL_NAMES.get(signal) ?? `SIG${signal}` };
   return { exit_code: exitCode < 0 ? 1 : exitCode };
+}
+
+/**
+ * The holder's status file, read again with back-off while it cannot be read
+ * (out of descriptors): a status that exists must not be taken for none,
+ * which would report the command as lost.
+ */
+async function readStatusPatiently(dir: string): ReturnType<typeof readHolderStatus> {
+  const deadline = Date.now() + STATUS_READ_PATIENCE_MS;
+  for (let delay: number = RECONNECT_BACKOFF_MS.first; ; delay = Math.min(delay * 2, RECONNECT_BACKOFF_MS.max)) {
+    try {
+      return await readHolderStatus(dir);
+    } catch (error) {
+      if (Date.now() > deadline) throw error;
+      await new Promise((resolve) => setTimeout(resolve, delay));
+    }
+  }
 }
 
 function fileExists(path: string): Promise<boolean> {

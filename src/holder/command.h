@@ -17,6 +17,8 @@ struct source {
   int fd;
   int stream;
   int eof;
+  /* Read until empty since the shell was reaped: everything the command's exited processes wrote is read. */
+  int drained;
 };
 
 struct command {

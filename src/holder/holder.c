@@ -22,7 +22,18 @@
 #include "start.h"
 #include "util.h"
 
-#define GRACE_MS 200 /* how long output may stay open once the shell is reaped */
+/*
+ * Once the shell is reaped, its outputs are read until empty (what the
+ * command's exited processes wrote is all there, however slowly the holder
+ * gets to read it); then a process the command left behind (a daemon) may
+ * keep them open for GRACE_MS more, and at most GRACE_MAX_MS after the reap
+ * in all. Both count only time in which the outputs were being read, not
+ * time paused by a client's back-pressure.
+ */
+#define GRACE_MS 200
+#define GRACE_MAX_MS 2000
+/* After EXIT, how long the holder waits at most for envd to close the connection (see live.h). */
+#define EXIT_LINGER_MS (10 * 60 * 1000)
 
 struct command command = { .shell_pid = -1, .exit_code = -1, .pty_fd = -1, .stdin_fd = -1 };
 
@@ -70,28 +81,39 @@ static void finish(void) {
   /* All output is on the lent socket (the main loop finished its last event): it goes back before EXIT. */
   if (live.mode == SEND_DIRECT || live.mode == SEND_DIRECT_WAIT) end_direct(DIRECT_ENDED_OFF);
   queue_exit();
-  /* Nothing else to do: wait for the client to take the rest, or to go. */
+  /* Nothing else to do: wait for the client to take the rest, then for it to go. */
   flush_client_fully();
+  linger_until_client_closes(EXIT_LINGER_MS);
   exit(0);
+}
+
+/* Whether every open output has been read until empty since the reap. */
+static int outputs_drained(void) {
+  for (int i = 0; i < command.source_count; i++)
+    if (!command.sources[i].eof && !command.sources[i].drained) return 0;
+  return 1;
 }
 
 int holder_main(int argc, char **argv) {
   parse_options(argc, argv);
   start();
 
-  uint64_t grace_used = 0, last = now_ms(), accept_resume = 0;
+  uint64_t grace_used = 0, after_reap = 0, last = now_ms(), accept_resume = 0;
   int polled_sources = 0;
   for (;;) {
     uint64_t t = now_ms();
-    /* Grace runs only while the outputs were being polled: a stalled live client does not use it up. */
-    if (polled_sources) grace_used += t - last;
+    /* Grace runs only while the outputs were being read: a stalled live client does not use it up. */
+    if (polled_sources) {
+      after_reap += t - last;
+      if (outputs_drained()) grace_used += t - last;
+    }
     last = t;
 
     int open_sources = 0;
     for (int i = 0; i < command.source_count; i++) open_sources += !command.sources[i].eof;
     /* A half-written event on the lent socket is finished first: EXIT must follow all output there. */
     int direct_pending = live.client_fd >= 0 && live.mode == SEND_DIRECT && direct_unsent() > 0;
-    if (command.reaped && (open_sources == 0 || grace_used >= GRACE_MS) && !direct_pending) break;
+    if (command.reaped && !direct_pending && (open_sources == 0 || grace_used >= GRACE_MS || after_reap >= GRACE_MAX_MS)) break;
 
     /* Flush first: what it frees may let buffered messages be handled before deciding whether to read more. */
     if (live.client_fd >= 0 && unsent_bytes() > 0) flush_client();
@@ -103,6 +125,8 @@ int holder_main(int argc, char **argv) {
     if (accept_resume && t >= accept_resume) accept_resume = 0;
     if (!accept_resume) { i_listen = nfds; fds[nfds++] = (struct pollfd){ live.listen_fd, POLLIN, 0 }; }
     else timeout = (int)(accept_resume - t);
+    /* Output held for a client that has not said LIVE_ON yet: read it anyway once the hold runs out. */
+    if (live.held_until > t && (timeout < 0 || live.held_until - t < (uint64_t)timeout)) timeout = (int)(live.held_until - t);
     if (!command.reaped) { i_signal = nfds; fds[nfds++] = (struct pollfd){ signal_fd, POLLIN, 0 }; }
     int reading = !output_held();
     polled_sources = 0;
@@ -113,7 +137,9 @@ int holder_main(int argc, char **argv) {
       polled_sources = command.reaped;
     }
     if (polled_sources) {
-      int left = (int)(GRACE_MS - grace_used);
+      /* Outputs not yet read until empty are read at once, readable or not: poll cannot tell a pty's flip buffers. */
+      int left = outputs_drained() ? (int)(GRACE_MS - grace_used) : 0;
+      if (left > (int)(GRACE_MAX_MS - after_reap)) left = (int)(GRACE_MAX_MS - after_reap);
       if (timeout < 0 || left < timeout) timeout = left;
     }
     if (stdin_write_pending()) { i_stdin = nfds; fds[nfds++] = (struct pollfd){ command.stdin_fd, POLLOUT, 0 }; }
@@ -135,10 +161,12 @@ int holder_main(int argc, char **argv) {
     }
 
     for (int i = 0; i < command.source_count; i++) {
-      if (i_src[i] < 0 || !fds[i_src[i]].revents) continue;
+      struct source *s = &command.sources[i];
+      if (i_src[i] < 0 || !(fds[i_src[i]].revents || (command.reaped && !s->drained))) continue;
       /* Re-checked per source: two chunks in one round must not push the ring past its bound. */
       if (output_held()) break;
-      read_source(&command.sources[i]);
+      int got = read_source(s);
+      if (command.reaped && (got == READ_EMPTY || got == READ_END)) s->drained = 1;
     }
     /* After the output of the same round, so what the shell printed last usually precedes REAPED (not a promise). */
     if (i_signal >= 0 && fds[i_signal].revents) reap();

@@ -36,7 +36,7 @@
 enum { LIVE_FLAG_TEXT = 0x01 };
 enum { ACK_OK = 0, ACK_NO_STDIN = 1, ACK_STDIN_CLOSED = 2, ACK_NOT_PTY = 3 };
 
-struct live live = { .listen_fd = -1, .client_fd = -1, .mode = SEND_NOTHING };
+struct live live = { .listen_fd = -1, .client_fd = -1, .mode = SEND_NOTHING, .held_until = 0 };
 
 static char sock_path[sizeof(((struct sockaddr_un *)0)->sun_path)];
 static int sock_created;
@@ -53,6 +53,7 @@ static const unsigned char *pend_ptr;
 static size_t pend_left;
 
 void listen_socket(void) {
+  if (opt.hold_output_ms) live.held_until = now_ms() + opt.hold_output_ms;
   if (snprintf(sock_path, sizeof sock_path, "%s/sock", opt.dir) >= (int)sizeof sock_path)
     fail("socket path %s/sock is longer than %zu bytes", opt.dir, sizeof sock_path - 1);
   live.listen_fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
@@ -81,6 +82,7 @@ void close_client(void) {
   close(live.client_fd);
   live.client_fd = -1;
   live.mode = SEND_NOTHING;
+  live.held_until = 0; /* the client that was to follow the output is gone: nobody waits for it any more */
   direct_close(); /* a lent socket goes with envd: its client must see the end when envd's copy closes */
   ring_head = ring_len = 0; /* its unsent bytes go with it */
   in_start = in_len = 0;
@@ -190,6 +192,18 @@ void flush_client_fully(void) {
   }
 }
 
+void linger_until_client_closes(int max_ms) {
+  if (live.client_fd < 0 || shutdown(live.client_fd, SHUT_WR) < 0) return;
+  for (uint64_t deadline = now_ms() + (uint64_t)max_ms, t; (t = now_ms()) < deadline;) {
+    struct pollfd p = { live.client_fd, POLLIN, 0 };
+    int r = poll(&p, 1, (int)(deadline - t));
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return;
+    ssize_t n = read(live.client_fd, inbuf, sizeof inbuf);
+    if (n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN && errno != EWOULDBLOCK)) return;
+  }
+}
+
 void write_pending_stdin(void) {
   while (pend_left > 0) {
     ssize_t w = write(command.stdin_fd, pend_ptr, pend_left);
@@ -229,6 +243,7 @@ static int handle_message(int type, const unsigned char *p, uint32_t len) {
     /* No payload (protocol 1), or one byte of flags: TEXT instead of DATA. */
     if (len > 1 || (len == 1 && (p[0] & ~LIVE_FLAG_TEXT))) return -1;
     direct_close();
+    live.held_until = 0;
     live.mode = len == 1 && (p[0] & LIVE_FLAG_TEXT) ? SEND_TEXT : SEND_DATA;
     if (live.mode == SEND_TEXT) seed_text_decoders();
     unsigned char s[8];
@@ -238,6 +253,7 @@ static int handle_message(int type, const unsigned char *p, uint32_t len) {
   }
   case MSG_LIVE_OFF:
     if (len != 0) return -1;
+    live.held_until = 0;
     live.mode = SEND_NOTHING;
     direct_close(); /* nobody follows the output any more: envd has forgotten the lent socket too */
     return 0;

@@ -34,6 +34,13 @@ struct live {
   int listen_fd;
   int client_fd; /* -1: no client */
   int mode;      /* SEND_* */
+  /*
+   * --hold-output MS: no output is read until this monotonic time (ms), unless the first client says LIVE_ON
+   * or LIVE_OFF (or goes) first. envd starts a streamed command so: its stream client gets every byte, even
+   * past the output cap, however late its LIVE_ON comes; and an envd that never says it (it died) does not
+   * block the command for good. 0: not holding.
+   */
+  uint64_t held_until;
 };
 extern struct live live;
 
@@ -47,8 +54,15 @@ void accept_client(uint64_t *accept_resume);
 void close_client(void);
 /* Sends what the socket takes now; never waits. */
 void flush_client(void);
-/* Sends everything left, waiting as long as the client reads: the holder's last act. */
+/* Sends everything left, waiting as long as the client reads: the holder's last act but one. */
 void flush_client_fully(void);
+/*
+ * The last: says EOF to the client and waits (at most `max_ms`) until it
+ * closes its end, reading and dropping what it still sends. A holder that
+ * exited first would make envd's next write fail with EPIPE, and Node drops a
+ * socket's unread bytes (EXIT among them) with it.
+ */
+void linger_until_client_closes(int max_ms);
 void read_client(void);
 /* Handles the whole messages buffered, stopping while a stdin write is pending or the client is behind. */
 void process_messages(void);

@@ -1,7 +1,7 @@
 /*
  * options.h — a holder's command line (docs/holder-protocol.md, "Invocation"):
  *   envd-holder --dir D --usage F --slot N --memory-budget B --spool-dir D
- *     --spool-budget B --cap B [--stdin] [--pty CxR] -- FILE [ARGS...]
+ *     --spool-budget B --cap B [--stdin] [--pty CxR] [--hold-output MS] -- FILE [ARGS...]
  */
 #ifndef ENVD_OPTIONS_H
 #define ENVD_OPTIONS_H
@@ -19,6 +19,7 @@ struct options {
   uint64_t memory_budget, spool_budget, cap;
   int stdin;
   int pty;
+  uint64_t hold_output_ms; /* read nothing until the first client says LIVE_ON or LIVE_OFF, at most this long (live.h) */
   unsigned short cols, rows;
   char **argv; /* the command: file, then arguments */
 };

@@ -9,6 +9,7 @@
 #include "json-text.h"
 #include "kept.h"
 #include "live.h"
+#include "util.h"
 #include "wire.h"
 
 /* For TEXT: each stream's decoder, and its last bytes to seed the decoder when LIVE goes on. */
@@ -80,35 +81,36 @@ static void end_text(int stream) {
   else send_direct(stream, put_replacement(direct_text()));
 }
 
-void read_source(struct source *s) {
+int read_source(struct source *s) {
   size_t want = read_size();
-  if (want == 0) return; /* not reached: sources are polled only while the ring is at or below LIVE_HIGH */
+  if (want == 0) return READ_HELD; /* not reached: sources are read only while the ring is at or below LIVE_HIGH */
   ssize_t n = read(s->fd, rbuf + FRAME_HEADER, want);
-  if (n < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) return;
+  if (n < 0 && errno == EINTR) return READ_HELD;
+  /* Empty for now. On a pty master this also means the kernel's flip buffers were flushed to it first (n_tty). */
+  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return READ_EMPTY;
   if (n <= 0) {
     end_text(s->stream);
     /* EOF; EIO is how a pty master says no process holds the slave any more. */
     s->eof = 1;
     if (s->fd != command.pty_fd) close(s->fd);
     s->fd = -1;
-    return;
+    return READ_END;
   }
   remember_tail(s->stream, rbuf + FRAME_HEADER, (size_t)n);
   if (live.client_fd >= 0 && live.mode == SEND_TEXT) {
     keep_and_send_text(s->stream, (size_t)n);
-    return;
-  }
-  if (live.client_fd >= 0 && live.mode == SEND_DIRECT) {
+  } else if (live.client_fd >= 0 && live.mode == SEND_DIRECT) {
     keep_and_write_direct(s->stream, (size_t)n);
-    return;
+  } else {
+    keep_chunk(s->stream, rbuf + FRAME_HEADER, (size_t)n);
+    if (live.client_fd >= 0 && live.mode == SEND_DATA) {
+      unsigned char h[9];
+      h[0] = (unsigned char)s->stream;
+      put_u64(h + 1, log_end());
+      queue(MSG_DATA, h, sizeof h, rbuf + FRAME_HEADER, (size_t)n);
+    }
   }
-  keep_chunk(s->stream, rbuf + FRAME_HEADER, (size_t)n);
-  if (live.client_fd >= 0 && live.mode == SEND_DATA) {
-    unsigned char h[9];
-    h[0] = (unsigned char)s->stream;
-    put_u64(h + 1, log_end());
-    queue(MSG_DATA, h, sizeof h, rbuf + FRAME_HEADER, (size_t)n);
-  }
+  return READ_DATA;
 }
 
 /*
@@ -116,6 +118,10 @@ void read_source(struct source *s) {
  * while a lent socket is not yet to be written (DIRECT_WAIT) or has not taken the last event.
  */
 int output_held(void) {
+  if (live.held_until) {
+    if (now_ms() < live.held_until) return 1;
+    live.held_until = 0;
+  }
   if (live.client_fd < 0) return 0;
   if (live.mode == SEND_DIRECT_WAIT || (live.mode == SEND_DIRECT && direct_unsent() > 0)) return 1;
   return live.mode != SEND_NOTHING && unsent_bytes() > LIVE_HIGH;

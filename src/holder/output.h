@@ -9,8 +9,9 @@
 
 #include "command.h"
 
-/* Reads once from a source; at EOF (or a pty's EIO) marks it so and closes it. */
-void read_source(struct source *s);
+enum { READ_EMPTY = 0, READ_DATA = 1, READ_END = 2, READ_HELD = 3 };
+/* Reads once from a source; at EOF (or a pty's EIO) marks it so and closes it. Returns READ_*. */
+int read_source(struct source *s);
 /* Back-pressure: while true the command's output stays in its pipes. */
 int output_held(void);
 /* LIVE_ON with TEXT: each stream's decoder starts from the last bytes read, so a split character stays whole. */

@@ -53,7 +53,7 @@ static void open_terminal(struct child_setup *setup, char *slave_name, size_t sl
   setup->out_fd = open(slave_name, O_RDWR | O_NOCTTY | O_CLOEXEC);
   if (setup->out_fd < 0) fail("cannot open %s: %s", slave_name, strerror(errno));
   if (set_nonblocking(command.pty_fd) < 0) fail("fcntl O_NONBLOCK: %s", strerror(errno));
-  command.sources[0] = (struct source){ command.pty_fd, STREAM_STDOUT, 0 };
+  command.sources[0] = (struct source){ .fd = command.pty_fd, .stream = STREAM_STDOUT };
   command.source_count = 1;
   command.stdin_fd = command.pty_fd;
 }
@@ -65,8 +65,8 @@ static void open_pipes(struct child_setup *setup) {
   setup->out_fd = out[1];
   setup->err_fd = err[1];
   if (set_nonblocking(out[0]) < 0 || set_nonblocking(err[0]) < 0) fail("fcntl O_NONBLOCK: %s", strerror(errno));
-  command.sources[0] = (struct source){ out[0], STREAM_STDOUT, 0 };
-  command.sources[1] = (struct source){ err[0], STREAM_STDERR, 0 };
+  command.sources[0] = (struct source){ .fd = out[0], .stream = STREAM_STDOUT };
+  command.sources[1] = (struct source){ .fd = err[0], .stream = STREAM_STDERR };
   command.source_count = 2;
   if (opt.stdin) {
     int in[2];

@@ -5,6 +5,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { HolderLink } from '../../src/commands/holder-link.js';
+import { readStatus, startHolder, useHolders } from '../helpers/holder.js';
+import { waitFor } from '../helpers/proc.js';
 import { seededRandom as random } from '../helpers/random.js';
 
 // envd's end of a holder's live channel reads into one buffer of its own and
@@ -90,5 +92,41 @@ describe('HolderLink reads', () => {
     await done;
     link.close();
     expect(got).toEqual(expected);
+  });
+});
+
+describe('HolderLink with a real holder', () => {
+  useHolders();
+
+  // Issue 30: a holder that exited while envd held its link (a subscriber catching up) made envd's next write fail
+  // with EPIPE, and Node dropped the socket with the TEXT and EXIT messages envd had not read yet.
+  it('delivers every message a finished holder sent, even when envd writes to it while the link is held', async () => {
+    const holder = await startHolder({ command: ['sh', '-c', 'read x; head -c 100000 /dev/zero | tr "\\0" a; exit 3'], stdin: true });
+    const { link } = await HolderLink.connect(join(holder.dir, 'sock'));
+    const got: string[] = [];
+    let exit: unknown;
+    let synced = false;
+    link.onMessage = (m) => {
+      if (m.type === 'sync') synced = true;
+      if (m.type === 'text') got.push(m.json.toString());
+      if (m.type === 'exit') exit = m;
+    };
+    const closed = new Promise<void>((resolve) => (link.onClose = resolve));
+    link.liveOn();
+    await waitFor(() => synced, 5_000, 'SYNC');
+    // Held from here, as while a subscriber catches up from the kept log; then the command prints and ends.
+    link.hold();
+    expect(await link.stdin(Buffer.from('\n'))).toBe(0);
+    // The command has printed everything and its holder finished: its status is written.
+    await waitFor(() => readStatus(holder.dir) !== undefined, 10_000, 'the holder to finish');
+    await new Promise((r) => setTimeout(r, 100));
+    // A write while held (a stdin request, a lent socket asked for): the holder must still be there to take it.
+    void link.stdin(Buffer.from('late\n'));
+    await new Promise((r) => setTimeout(r, 200));
+    link.release();
+    await closed;
+    expect(got.join('')).toBe('a'.repeat(100_000));
+    expect(exit).toMatchObject({ type: 'exit', exitCode: 3 });
+    expect(await holder.exited).toBe(0);
   });
 });

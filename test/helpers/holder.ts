@@ -28,6 +28,8 @@ export interface HolderOptions {
   prepareUsage?: (usage: Buffer) => void;
   env?: Record<string, string>;
   cwd?: string;
+  /** --hold-output: milliseconds the holder reads no output while waiting for a client's LIVE_ON. */
+  holdOutputMs?: number;
   /** Runs the holder through this command prefix (which must exec "$0" "$@"), e.g. to set process state first. */
   launcher?: string[];
 }
@@ -94,6 +96,7 @@ export function holderArgs(options: HolderOptions, paths: { dir: string; usageFi
   ];
   if (options.stdin) args.push('--stdin');
   if (options.pty) args.push('--pty', `${options.pty.cols}x${options.pty.rows}`);
+  if (options.holdOutputMs !== undefined) args.push('--hold-output', String(options.holdOutputMs));
   return [...args, '--', ...options.command];
 }
 

@@ -307,4 +307,28 @@ describe('envd-holder live channel', () => {
     process.kill(holder.shellPid, 'SIGKILL');
     await finished(holder);
   });
+
+  it('with --hold-output reads nothing until a client says LIVE_ON, so a late stream client gets every byte past the cap', async () => {
+    const holder = await startHolder({ command: ['sh', '-c', 'head -c 300000 /dev/zero | tr "\\0" b; exit 2'], cap: 1000, holdOutputMs: 60_000 });
+    // Well after the command would have printed everything: it is blocked on its pipe, nothing is kept yet.
+    await sleep(400);
+    expect(readLog(holder.dir).length).toBe(0);
+    expect(isAlive(holder.shellPid)).toBe(true);
+    const client = await holder.connect();
+    await hello(client);
+    client.send(encodeLiveOn());
+    const messages = await client.until('exit');
+    const live = Buffer.concat(messages.flatMap((m) => (m.type === 'data' ? [m.bytes] : []))).toString();
+    expect(live).toBe('b'.repeat(300_000));
+    const { status, log } = await finished(holder);
+    expect(status).toMatchObject({ exitCode: 2, truncated: { stdout: true, stderr: false } });
+    expect(log.stdout.toString()).toBe('b'.repeat(1000));
+  });
+
+  it('with --hold-output reads on by itself once the hold runs out without a LIVE_ON', async () => {
+    const holder = await startHolder({ command: ['sh', '-c', 'head -c 200000 /dev/zero | tr "\\0" c'], holdOutputMs: 300 });
+    const { status, log } = await finished(holder);
+    expect(status.exitCode).toBe(0);
+    expect(log.stdout.toString()).toBe('c'.repeat(200_000));
+  });
 });
