@@ -11,14 +11,31 @@ export interface UnixUser {
 }
 
 const PASSWD = '/etc/passwd';
+const GROUP = '/etc/group';
+
+/**
+ * root as envd assumes it when /etc/passwd has no line for it (an image that
+ * ships a passwd of service accounts only): envd runs as root, and so can its
+ * commands. The home is checked where it is used (a missing one means /).
+ */
+const IMPLICIT_ROOT: UnixUser = { name: 'root', uid: 0, gid: 0, home: '/root', shell: '/bin/sh' };
+
+/** A file's text, or undefined when the image has no such file. */
+async function readIfPresent(path: string): Promise<string | undefined> {
+  return readFile(path, 'utf8').catch((error: NodeJS.ErrnoException) => {
+    if (error.code === 'ENOENT') return undefined;
+    throw error;
+  });
+}
 
 /**
  * Looks a user up in /etc/passwd. Sandbox images keep their accounts there;
  * reading the file (a few hundred bytes) per request keeps envd right after
- * `useradd` without a cache to invalidate.
+ * `useradd` without a cache to invalidate. An image without the file has no
+ * users but root (IMPLICIT_ROOT).
  */
 export async function findUser(name: string, passwdPath = PASSWD): Promise<UnixUser | undefined> {
-  const text = await readFile(passwdPath, 'utf8');
+  const text = (await readIfPresent(passwdPath)) ?? '';
   for (const line of text.split('\n')) {
     const fields = line.split(':');
     if (fields[0] !== name || fields.length < 7) continue;
@@ -30,7 +47,7 @@ export async function findUser(name: string, passwdPath = PASSWD): Promise<UnixU
       shell: fields[6] || '/bin/sh',
     };
   }
-  return undefined;
+  return name === 'root' ? IMPLICIT_ROOT : undefined;
 }
 
 /** The named user, or a 400 naming the field the name came from. */
@@ -40,7 +57,30 @@ export async function resolveUser(name: string, field: string): Promise<UnixUser
   return user;
 }
 
-/** The name of the user envd itself runs as. */
+/**
+ * The user's groups as login gives them: the primary group, then every group
+ * of /etc/group that lists the user as a member (initgroups(3) reads the same
+ * file). An image without /etc/group gives the primary group alone.
+ */
+export async function userGroups(user: UnixUser, groupPath = GROUP): Promise<number[]> {
+  const groups = new Set([user.gid]);
+  for (const line of ((await readIfPresent(groupPath)) ?? '').split('\n')) {
+    const [, , gid, members] = line.split(':');
+    if (gid === undefined || members === undefined || !/^\d+$/.test(gid)) continue;
+    if (members.split(',').includes(user.name)) groups.add(Number(gid));
+  }
+  return [...groups];
+}
+
+/**
+ * The name of the user envd itself runs as; root, or the uid as a string,
+ * when /etc/passwd has no line for it (os.userInfo() would throw).
+ */
 export function runningUserName(): string {
-  return userInfo().username;
+  try {
+    return userInfo().username;
+  } catch {
+    const uid = process.getuid?.() ?? 0;
+    return uid === 0 ? 'root' : String(uid);
+  }
 }

@@ -50,6 +50,7 @@ export async function startHolder(prepared: PreparedCommand, options: HolderOpti
     '--cap', String(options.capBytes),
     ...(prepared.stdin ? ['--stdin'] : []),
     ...(options.holdOutput ? ['--hold-output', String(HOLD_OUTPUT_MS)] : []),
+    ...(prepared.switchTo ? ['--user', `${prepared.switchTo.uid}:${prepared.switchTo.gid}:${prepared.switchTo.groups.join(',')}`] : []),
     ...(prepared.pty ? ['--pty', `${prepared.pty.cols}x${prepared.pty.rows}`] : []),
     '--', prepared.file, ...prepared.args,
   ];
@@ -65,5 +66,17 @@ export async function startHolder(prepared: PreparedCommand, options: HolderOpti
   const ready = /^ready (\d+) (\d+) (\d+) (\d+)$/.exec(holder.line);
   if (ready) return { shellPid: Number(ready[1]), shellStart: ready[2]!, holderPid: Number(ready[3]), holderStart: ready[4]! };
   signalProcess(holder.holderPid, 'SIGKILL'); // usually gone already: it said why and ended
-  throw new HttpError(500, 'the command could not be started', { cause: new Error(`envd-holder said: ${holder.line || '(nothing)'}`) });
+  throw holderFailure(holder.line, prepared);
+}
+
+/**
+ * What a holder's `error` line means for the request: what the sandbox lacks
+ * (no terminal, a cwd gone since it was checked) is the caller's to know, as a
+ * 4xx that says it; anything else is envd's fault, a 500.
+ */
+function holderFailure(line: string, prepared: PreparedCommand): HttpError {
+  const said = line.replace(/^error /, '');
+  if (said.startsWith('terminal unavailable')) return new HttpError(409, `no terminal can be opened in this sandbox: ${said.slice('terminal unavailable: '.length)}`);
+  if (said.startsWith('cannot enter ')) return new HttpError(400, `body/cwd: ${prepared.cwd} cannot be entered: ${said.slice(said.lastIndexOf(': ') + 2)}`);
+  return new HttpError(500, 'the command could not be started', { cause: new Error(`envd-holder said: ${line || '(nothing)'}`) });
 }

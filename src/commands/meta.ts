@@ -18,6 +18,8 @@ export interface PtySize {
 export interface CommandMeta {
   v: number;
   cmd: string;
+  /** The arguments of a command run without a shell (absent for a command line). */
+  args?: string[];
   cwd: string;
   user: string;
   background: boolean;

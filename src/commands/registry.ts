@@ -105,6 +105,7 @@ export class ProcessRegistry {
     const meta: CommandMeta = {
       v: META_VERSION,
       cmd: prepared.cmd,
+      ...(prepared.argv ? { args: prepared.argv } : {}),
       cwd: prepared.cwd,
       user: prepared.user.name,
       background: options.background,

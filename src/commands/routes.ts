@@ -104,6 +104,7 @@ export const commandRoutes: FastifyPluginAsyncTypebox<CommandRoutesOptions> = as
       processes: processes.list().map((proc) => ({
         pid: proc.pid,
         cmd: proc.meta.cmd,
+        ...(proc.meta.args ? { args: proc.meta.args } : {}),
         cwd: proc.meta.cwd,
         user: proc.meta.user,
         background: proc.meta.background,

@@ -14,7 +14,13 @@ const ptySize = (description: string) => Type.Object({ cols: dimension('Columns'
 
 const commandFields = {
   // Optional in the schema because a pty command may omit it; without pty, spawn.ts requires it (400 naming body/cmd).
-  cmd: Type.Optional(Type.String({ description: 'Run as `bash -l -c <cmd>` (or `sh -l -c` where bash is absent); required unless `pty` is given, where absent or empty runs the user\'s interactive login shell' })),
+  cmd: Type.Optional(
+    Type.String({
+      description:
+        'Run as `bash -l -c <cmd>` (else `sh -l -c`, else the user\'s shell); with `args`, the program run with them and no shell (looked up in PATH). Required unless `pty` is given, where absent or empty runs the user\'s interactive login shell',
+    }),
+  ),
+  args: Type.Optional(Type.Array(Type.String(), { description: 'Arguments of `cmd` run as a program, with no shell (an image may have none)' })),
   pty: Type.Optional(ptySize('Run on a pseudo-terminal of this size: stdin, stdout and stderr are the terminal')),
   cwd: Type.Optional(Type.String({ minLength: 1, description: 'Absolute working directory; default: default_workdir, else the user\'s home' })),
   envs: Type.Optional(Type.Record(Type.String(), Type.String(), { description: 'Merged over the sandbox envs for this command only' })),
@@ -59,6 +65,7 @@ export const BackgroundStarted = Type.Object({ pid: Type.Integer() });
 export const ProcessInfo = Type.Object({
   pid: Type.Integer(),
   cmd: Type.String(),
+  args: Type.Optional(Type.Array(Type.String(), { description: 'The arguments of a command run without a shell' })),
   cwd: Type.String(),
   user: Type.String(),
   background: Type.Boolean(),

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
+#include <grp.h>
 #include <termios.h>
 #include <unistd.h>
 
@@ -69,6 +70,15 @@ void run_child(const struct child_setup *setup) {
   if (oom >= 0) {
     (void)!write(oom, "0", 1);
     close(oom);
+  }
+  /*
+   * The user last, once the terminal, stdio and the OOM score are set up as root (after setuid /proc/self is
+   * root's again, the process no longer being dumpable): groups, then gid, then uid, after which none can change.
+   */
+  if (opt.switch_user) {
+    if (setgroups(opt.group_count, opt.groups) < 0) fail_child(2, CHILD_EXIT_USER, "cannot set the supplementary groups", "");
+    if (setgid(opt.gid) < 0) fail_child(2, CHILD_EXIT_USER, "cannot set the group id", "");
+    if (setuid(opt.uid) < 0) fail_child(2, CHILD_EXIT_USER, "cannot set the user id", "");
   }
   /* Everything of the holder's is O_CLOEXEC already; this is belt and braces. It also closes the start pipe. */
   close_fds_from(3);

@@ -18,6 +18,7 @@ enum {
   CHILD_EXIT_STDIO = 121,     /* stdin, stdout or stderr could not be set up (dup2, /dev/null) */
   CHILD_EXIT_SESSION = 122,   /* setsid failed: the command would share envd's session */
   CHILD_EXIT_TERMINAL = 123,  /* the terminal could not become the controlling terminal (TIOCSCTTY) */
+  CHILD_EXIT_USER = 125,      /* the user could not be entered (setgroups, setgid, setuid) */
   CHILD_EXIT_NOT_RUN = 126,   /* exec failed for another reason than a missing file (EACCES, ENOEXEC, ...) */
   CHILD_EXIT_NOT_FOUND = 127, /* exec: no such file */
 };

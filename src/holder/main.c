@@ -1,17 +1,20 @@
 /*
  * main.c — the envd-holder binary and its jobs: a command's holder (holder.h),
- * the spawner that forks holders for envd (spawner.h), and the receiver of a
- * large upload's body (receive.h). One static binary, so a guest carries one
- * file and every job starts without a dynamic loader.
+ * the spawner that forks holders for envd (spawner.h), the receiver of a
+ * large upload's body (receive.h), and setting the clock (system.h). One
+ * static binary, so a guest carries one file and every job starts without a
+ * dynamic loader.
  */
 #include <string.h>
 
 #include "holder.h"
 #include "receive.h"
 #include "spawner.h"
+#include "system.h"
 
 int main(int argc, char **argv) {
   if (argc > 1 && strcmp(argv[1], "--receive") == 0) return receive_main(argc, argv);
   if (argc > 1 && strcmp(argv[1], "--spawner") == 0) return spawner_main(argc, argv, holder_main);
+  if (argc > 1 && strcmp(argv[1], "--set-clock") == 0) return set_clock_main(argc, argv);
   return holder_main(argc, argv);
 }

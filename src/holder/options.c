@@ -36,6 +36,37 @@ static void parse_pty(const char *v) {
   opt.rows = (unsigned short)r;
 }
 
+/* An id of --user: a decimal number below 2^32 - 1 (that one is "no id" to the kernel). */
+static uint32_t parse_id(const char *text, size_t len, const char *whole) {
+  uint64_t v = 0;
+  if (len == 0 || len > 10) fail("--user needs UID:GID[:GROUP,...], got %s", whole);
+  for (size_t i = 0; i < len; i++) {
+    if (text[i] < '0' || text[i] > '9') fail("--user needs UID:GID[:GROUP,...], got %s", whole);
+    v = v * 10 + (uint64_t)(text[i] - '0');
+  }
+  if (v >= 0xFFFFFFFFu) fail("--user: id %.*s is out of range", (int)len, text);
+  return (uint32_t)v;
+}
+
+/* "<uid>:<gid>[:<gid>,<gid>...]": envd resolved the names (/etc/passwd, /etc/group); the holder only applies them. */
+static void parse_user(const char *v) {
+  const char *p = v, *end;
+  end = strchr(p, ':');
+  if (!end) fail("--user needs UID:GID[:GROUP,...], got %s", v);
+  opt.uid = parse_id(p, (size_t)(end - p), v);
+  p = end + 1;
+  end = strchr(p, ':');
+  opt.gid = parse_id(p, end ? (size_t)(end - p) : strlen(p), v);
+  opt.switch_user = 1;
+  if (!end || !end[1]) return;
+  for (p = end + 1; *p; p = *end ? end + 1 : end) {
+    end = strchr(p, ',');
+    if (!end) end = p + strlen(p);
+    if (opt.group_count == MAX_GROUPS) fail("--user: more than %d groups", MAX_GROUPS);
+    opt.groups[opt.group_count++] = parse_id(p, (size_t)(end - p), v);
+  }
+}
+
 void parse_options(int argc, char **argv) {
   int have_slot = 0, have_mem = 0, have_spool = 0, have_cap = 0;
   int i = 1;
@@ -58,11 +89,12 @@ void parse_options(int argc, char **argv) {
     else if (strcmp(a, "--cap") == 0) { opt.cap = parse_u64(a, v); have_cap = 1; }
     else if (strcmp(a, "--pty") == 0) parse_pty(v);
     else if (strcmp(a, "--hold-output") == 0) opt.hold_output_ms = parse_u64(a, v);
+    else if (strcmp(a, "--user") == 0) parse_user(v);
     else fail("unknown option %s", a);
     i++;
   }
   if (!opt.dir || !opt.usage || !opt.spool_dir || !have_slot || !have_mem || !have_spool || !have_cap)
-    fail("usage: envd-holder --dir D --usage F --slot N --memory-budget B --spool-dir D --spool-budget B --cap B [--stdin] [--pty CxR] [--hold-output MS] -- FILE [ARGS...]");
+    fail("usage: envd-holder --dir D --usage F --slot N --memory-budget B --spool-dir D --spool-budget B --cap B [--stdin] [--pty CxR] [--hold-output MS] [--user UID:GID[:GROUP,...]] -- FILE [ARGS...]");
   /* Segment paths are listed as absolute paths, and the holder's cwd is the command's. */
   if (opt.dir[0] != '/' || opt.spool_dir[0] != '/') fail("--dir and --spool-dir must be absolute paths");
   if (i >= argc) fail("no command after --");

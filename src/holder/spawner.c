@@ -14,7 +14,7 @@
 
 
 #define SPAWNER_MAX_PENDING 256              /* holders between fork and their first line; more wait in the pipe */
-#define SPAWNER_MAX_REQUEST (8 * 1024 * 1024) /* envd's request bodies are far smaller */
+#define SPAWNER_MAX_REQUEST (16 * 1024 * 1024) /* above envd's 10 MiB JSON bodies: a command line that long is exec's to refuse (E2BIG) */
 #define SPAWNER_LINE 1024
 
 struct spawner_child {

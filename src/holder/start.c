@@ -21,6 +21,7 @@
 #include "kept.h"
 #include "live.h"
 #include "options.h"
+#include "system.h"
 #include "util.h"
 
 int signal_fd = -1;
@@ -39,11 +40,16 @@ static int write_file_atomically(const char *name, const char *text) {
   return 0;
 }
 
-/* The pty: master (non-blocking, the one output source and the stdin sink) and its slave, held open until the fork. */
+/*
+ * The pty: master (non-blocking, the one output source and the stdin sink) and its slave, held open until the fork.
+ * Where /dev/pts is not mounted yet (an image booted without an init that does it) the holder, root, mounts it.
+ */
 static void open_terminal(struct child_setup *setup, char *slave_name, size_t slave_size) {
+  /* Before the master: without devpts at /dev/pts, /dev/ptmx falls back to the kernel's first instance, whose slaves are nowhere here. */
+  if (mount_devpts() < 0) fail("terminal unavailable: /dev/pts is not mounted and cannot be: %s (%s)", strerror(errno), errno_name(errno));
   command.pty_fd = posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
-  if (command.pty_fd < 0) fail("posix_openpt: %s", strerror(errno));
-  if (grantpt(command.pty_fd) < 0 || unlockpt(command.pty_fd) < 0) fail("grantpt/unlockpt: %s", strerror(errno));
+  if (command.pty_fd < 0) fail("terminal unavailable: cannot open /dev/ptmx: %s (%s)", strerror(errno), errno_name(errno));
+  if (grantpt(command.pty_fd) < 0 || unlockpt(command.pty_fd) < 0) fail("terminal unavailable: grantpt/unlockpt: %s", strerror(errno));
   const char *name = ptsname(command.pty_fd);
   if (!name || strlen(name) >= slave_size) fail("ptsname: %s", strerror(errno));
   strcpy(slave_name, name);
@@ -51,7 +57,10 @@ static void open_terminal(struct child_setup *setup, char *slave_name, size_t sl
   if (ioctl(command.pty_fd, TIOCSWINSZ, &ws) < 0) fail("TIOCSWINSZ: %s", strerror(errno));
   /* Held open until the fork: the master never sees a hangup (EIO) before the child has the slave. */
   setup->out_fd = open(slave_name, O_RDWR | O_NOCTTY | O_CLOEXEC);
-  if (setup->out_fd < 0) fail("cannot open %s: %s", slave_name, strerror(errno));
+  if (setup->out_fd < 0) fail("terminal unavailable: cannot open %s: %s", slave_name, strerror(errno));
+  /* The user's terminal, as login makes it: theirs, writable by the group devpts gave it (tty), no one else. */
+  if (opt.switch_user && (fchown(setup->out_fd, opt.uid, (gid_t)-1) < 0 || fchmod(setup->out_fd, 0620) < 0))
+    fail("cannot give %s to uid %u: %s", slave_name, (unsigned)opt.uid, strerror(errno));
   if (set_nonblocking(command.pty_fd) < 0) fail("fcntl O_NONBLOCK: %s", strerror(errno));
   command.sources[0] = (struct source){ .fd = command.pty_fd, .stream = STREAM_STDOUT };
   command.source_count = 1;

@@ -28,17 +28,20 @@ export function decideClockChange(guestNowMs: number, hostTimestampMs: number, l
 }
 
 /**
- * The real setter: coreutils `date -u -s @<seconds.fraction>` (settimeofday
- * under the hood; Node has no binding for it). Needs root or CAP_SYS_TIME.
+ * The real setter: `envd-holder --set-clock <seconds.fraction>` (clock_settime;
+ * Node has no binding for it, and an image may have no `date` that takes
+ * `-s @seconds`). Needs root or CAP_SYS_TIME.
  */
-export const setSystemClock: ClockSetter = (epochMs) =>
-  new Promise((resolve, reject) => {
-    const seconds = (epochMs / 1000).toFixed(3);
-    execFile('date', ['-u', '-s', `@${seconds}`], { timeout: SET_CLOCK_TIMEOUT_MS }, (error, _stdout, stderr) => {
-      if (error) reject(new Error(`date -u -s @${seconds} failed: ${String(stderr).trim() || error.message}`, { cause: error }));
-      else resolve();
+export function systemClockSetter(holderPath: string): ClockSetter {
+  return (epochMs) =>
+    new Promise((resolve, reject) => {
+      const seconds = (epochMs / 1000).toFixed(3);
+      execFile(holderPath, ['--set-clock', seconds], { timeout: SET_CLOCK_TIMEOUT_MS, env: {} }, (error, _stdout, stderr) => {
+        if (error) reject(new Error(`setting the clock to ${seconds} failed: ${String(stderr).trim() || error.message}`, { cause: error }));
+        else resolve();
+      });
     });
-  });
+}
 
 /**
  * Applies /init timestamps to the guest clock. Remembers the newest accepted

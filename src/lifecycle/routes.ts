@@ -4,7 +4,7 @@ import type { ProcessRegistry } from '../commands/registry.js';
 import type { Config } from '../config.js';
 import type { SandboxState } from '../sandbox-state.js';
 import { VERSION } from '../version.js';
-import { ClockSync, setSystemClock, type ClockSetter } from './clock.js';
+import { ClockSync, systemClockSetter, type ClockSetter } from './clock.js';
 import { applyInit, validateInit } from './init.js';
 import { MetricsReader } from './metrics.js';
 import type { OpenApiSource } from './openapi-source.js';
@@ -20,7 +20,7 @@ export interface LifecycleRoutesOptions {
   openApi: OpenApiSource;
 }
 
-export const lifecycleRoutes: FastifyPluginAsyncTypebox<LifecycleRoutesOptions> = async (app, { config, state, processes, setClock = setSystemClock, openApi }) => {
+export const lifecycleRoutes: FastifyPluginAsyncTypebox<LifecycleRoutesOptions> = async (app, { config, state, processes, setClock = systemClockSetter(processes.holderPath), openApi }) => {
   const log = app.log.child({ feature: 'lifecycle' });
   const clock = new ClockSync(setClock, log);
   const metrics = new MetricsReader(

@@ -106,10 +106,14 @@ describe('commands on a pty', () => {
     expect(out.text).toContain('\u001b[');
   });
 
-  it('runs as the requested user with their groups', async () => {
-    const { body } = await run({ cmd: 'id -un; id -G', pty: PTY });
-    const [name] = body.stdout.split('\r\n');
+  it('runs as the requested user with their groups, on a terminal that is theirs', async () => {
+    const { body } = await run({ cmd: 'id -un; id -G; stat -c %U:%a "$(tty)"', pty: PTY });
+    const [name, groups, terminal] = body.stdout.split('\r\n');
     expect(name).toBe(fixture.user.name);
+    if (fixture.created) {
+      expect(groups!.split(' ').map(Number).sort()).toEqual([fixture.user.gid, fixture.created.extraGroup.gid].sort());
+      expect(terminal).toBe(`${fixture.user.name}:620`);
+    }
   });
 
   it('kills a streamed pty command (and what it started) when the client disconnects', async () => {

@@ -1,10 +1,12 @@
+import { spawnSync } from 'node:child_process';
 import { chmodSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Writable } from 'node:stream';
 import { pino } from 'pino';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
-import { ClockSync, decideClockChange, MAX_AHEAD_MS, MAX_BEHIND_MS, setSystemClock } from '../../src/lifecycle/clock.js';
+import { ClockSync, decideClockChange, MAX_AHEAD_MS, MAX_BEHIND_MS, systemClockSetter } from '../../src/lifecycle/clock.js';
+import { HOLDER_BINARY } from '../helpers/holder.js';
 
 const HOST = Date.UTC(2026, 0, 2, 3, 4, 5, 678);
 
@@ -115,29 +117,25 @@ describe('ClockSync', () => {
   });
 });
 
-describe('setSystemClock (the real setter)', () => {
-  // The real `date -s` would move this machine's clock (the tests run as root), so a stand-in
-  // `date` first on PATH records its arguments instead; the guest suite exercises the real one.
-  const bin = mkdtempSync(join(tmpdir(), 'envd-fake-date-'));
-  const savedPath = process.env.PATH;
-  afterEach(() => {
-    process.env.PATH = savedPath;
-  });
+describe('systemClockSetter (the real setter: envd-holder --set-clock)', () => {
+  // Setting this machine's clock would disturb everything else on it (the tests run as root): the holder
+  // is run here as nobody, where clock_settime says EPERM, which shows the request reached it whole.
+  // The guest suite sets a real guest clock through it (qemu starts the RTC in 2015).
+  const bin = mkdtempSync(join(tmpdir(), 'envd-clock-'));
   afterAll(() => rmSync(bin, { recursive: true, force: true }));
-  const fakeDate = (script: string) => {
-    writeFileSync(join(bin, 'date'), `#!/bin/sh\n${script}\n`);
-    chmodSync(join(bin, 'date'), 0o755);
-    process.env.PATH = `${bin}:${savedPath}`;
-  };
+  const asNobody = join(bin, 'holder-as-nobody');
+  writeFileSync(asNobody, `#!/bin/sh\nexec setpriv --reuid=65534 --regid=65534 --clear-groups -- ${HOLDER_BINARY} "$@"\n`);
+  chmodSync(asNobody, 0o755);
 
-  it('runs `date -u -s @<seconds.millis>`', async () => {
-    fakeDate(`printf '%s\\n' "$@" > ${bin}/args`);
-    await setSystemClock(Date.UTC(2026, 0, 2, 3, 4, 5, 678));
-    expect(readFileSync(join(bin, 'args'), 'utf8').trim().split('\n')).toEqual(['-u', '-s', `@${Date.UTC(2026, 0, 2, 3, 4, 5) / 1000}.678`]);
+  it("reaches clock_settime with the time and rejects with the holder's reason when it may not set it", async () => {
+    await expect(systemClockSetter(asNobody)(Date.UTC(2026, 0, 2, 3, 4, 5, 678))).rejects.toThrow(
+      /setting the clock to 1767323045\.678 failed: envd-holder --set-clock: clock_settime: Operation not permitted \(EPERM\)/,
+    );
   });
 
-  it("rejects with date's own message when it cannot set the clock", async () => {
-    fakeDate(`echo "date: cannot set date: Operation not permitted" >&2; exit 1`);
-    await expect(setSystemClock(0)).rejects.toThrow(/date -u -s @0.000 failed: date: cannot set date: Operation not permitted/);
+  it('refuses what is not a time', () => {
+    const run = spawnSync(HOLDER_BINARY, ['--set-clock', '12abc'], { encoding: 'utf8' });
+    expect(run.status).toBe(2);
+    expect(run.stderr).toBe('envd-holder --set-clock: not a time: 12abc\n');
   });
 });
