@@ -16,6 +16,7 @@ import { run as keystroke } from './keystroke.mjs';
 import { run as memory } from './memory.mjs';
 import { run as outputStorm } from './output-storm.mjs';
 import { run as readopt } from './readopt.mjs';
+import { run as resume } from './resume.mjs';
 import { run as startup } from './startup.mjs';
 import { run as streamThroughput } from './stream-throughput.mjs';
 import { run as upload } from './upload.mjs';
@@ -31,6 +32,7 @@ const sharedEnvd = [
   ['exec latency', execLatency],
   ['exec throughput', execThroughput],
   ['stream throughput', streamThroughput],
+  ['resumed stream', resume],
   ['upload', upload],
   ['download', download],
   ['batch', batch],

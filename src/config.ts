@@ -10,6 +10,10 @@ export const DEFAULT_PORT = 49983;
 export const DEFAULT_MAX_OUTPUT_BYTES = 64 * 1024 * 1024;
 export const DEFAULT_OUTPUT_MEMORY_BYTES = 32 * 1024 * 1024;
 export const DEFAULT_MAX_SPOOL_BYTES = 1024 * 1024 * 1024;
+/** How long a finished command's exit and kept output stay readable (seconds). */
+export const DEFAULT_KEEP_FINISHED_SECONDS = 600;
+/** The longest --keep-finished: a week, and within what a Node timer holds. */
+export const MAX_KEEP_FINISHED_SECONDS = 7 * 24 * 3600;
 
 /**
  * Where envd keeps what must outlive it: the state dir on tmpfs (survives a
@@ -43,6 +47,8 @@ export interface Config {
   readonly stateDir: string;
   /** A lone stream client's socket is lent to the command's holder, which writes the output to it itself. */
   readonly directOutput: boolean;
+  /** How long a finished command stays readable (exit, kept output, resumable streams) before it is freed. */
+  readonly keepFinishedMs: number;
   readonly logLevel: LogLevel;
 }
 
@@ -75,6 +81,8 @@ Options (each also read from the environment variable shown):
                                                       (default /run/envd as root, else $XDG_RUNTIME_DIR/envd)
   --direct-output <on|off>    ENVD_DIRECT_OUTPUT      a lone stream client gets the output from the holder
                                                       directly, not through envd (default on)
+  --keep-finished <seconds>   ENVD_KEEP_FINISHED      how long a finished command's exit and kept output stay
+                                                      readable (default ${DEFAULT_KEEP_FINISHED_SECONDS}; 0: until collected)
   --log-level <level>         ENVD_LOG_LEVEL          ${LOG_LEVELS.join('|')} (default info)
   --help                      print this help and exit
   --version                   print the version and exit
@@ -92,6 +100,7 @@ const OPTIONS = {
   'max-spool-bytes': { type: 'string', env: 'ENVD_MAX_SPOOL_BYTES' },
   'state-dir': { type: 'string', env: 'ENVD_STATE_DIR' },
   'direct-output': { type: 'string', env: 'ENVD_DIRECT_OUTPUT' },
+  'keep-finished': { type: 'string', env: 'ENVD_KEEP_FINISHED' },
   'log-level': { type: 'string', env: 'ENVD_LOG_LEVEL' },
   help: { type: 'boolean' },
   version: { type: 'boolean' },
@@ -149,6 +158,9 @@ export function parseCli(argv: string[], env: NodeJS.ProcessEnv): CliAction {
   const directOutput = read('direct-output') ?? 'on';
   if (directOutput !== 'on' && directOutput !== 'off') problems.push(`${describe('direct-output')} must be on or off, got ${JSON.stringify(directOutput)}`);
 
+  const keepFinished = parseInteger(read('keep-finished') ?? String(DEFAULT_KEEP_FINISHED_SECONDS), 0, MAX_KEEP_FINISHED_SECONDS);
+  if (keepFinished === undefined) problems.push(`${describe('keep-finished')} must be a number of seconds from 0 to ${MAX_KEEP_FINISHED_SECONDS}, got ${JSON.stringify(read('keep-finished'))}`);
+
   const host = read('host') ?? '0.0.0.0';
   if (host.trim() === '') problems.push(`${describe('host')} must not be empty`);
 
@@ -187,6 +199,7 @@ export function parseCli(argv: string[], env: NodeJS.ProcessEnv): CliAction {
       maxSpoolBytes: maxSpool!,
       stateDir,
       directOutput: directOutput === 'on',
+      keepFinishedMs: keepFinished! * 1000,
       logLevel: logLevel as LogLevel,
     }),
   };

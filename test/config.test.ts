@@ -29,9 +29,18 @@ describe('parseCli', () => {
     expect(run([])).toEqual({
       host: '0.0.0.0', port: 49983, accessToken: undefined, accessTokenFile: undefined, defaultUser: undefined,
       defaultWorkdir: undefined, maxOutputBytes: DEFAULT_MAX_OUTPUT_BYTES, logLevel: 'info', directOutput: true,
-      outputMemoryBytes: 33554432, maxSpoolBytes: 1073741824, ...defaultDirs(process.getuid!(), {}),
+      outputMemoryBytes: 33554432, maxSpoolBytes: 1073741824, keepFinishedMs: 600_000, ...defaultDirs(process.getuid!(), {}),
     });
     expect(DEFAULT_MAX_OUTPUT_BYTES).toBe(67108864);
+  });
+
+  it('takes --keep-finished in seconds, 0 to a week, and refuses anything else naming it', () => {
+    expect(run(['--keep-finished', '0']).keepFinishedMs).toBe(0);
+    expect(run(['--keep-finished', '604800']).keepFinishedMs).toBe(604_800_000);
+    expect(run([], { ENVD_KEEP_FINISHED: '30' }).keepFinishedMs).toBe(30_000);
+    for (const bad of ['604801', '1.5', '10m', ' 5']) {
+      expect(() => run(['--keep-finished', bad])).toThrow(/--keep-finished \(ENVD_KEEP_FINISHED\) must be a number of seconds from 0 to 604800/);
+    }
   });
 
   it('keeps state in /run/envd and spools to /var/lib/envd/spool as root, and per user otherwise', () => {

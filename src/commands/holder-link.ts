@@ -3,6 +3,7 @@ import {
   DIRECT_SINCE_VERSION,
   MAX_MESSAGE_PAYLOAD,
   MessageDecoder,
+  OFFSETS_SINCE_VERSION,
   TEXT_SINCE_VERSION,
   encodeDirectGo,
   encodeDirectOff,
@@ -18,7 +19,7 @@ import {
 } from '../holder/protocol.js';
 
 /** The longest holder message: a DATA or TEXT of 64 KiB and its headers. */
-const MAX_MESSAGE_BYTES = 5 + 9 + 64 * 1024;
+const MAX_MESSAGE_BYTES = 5 + 17 + 64 * 1024;
 /** The room kept for a read (Node reads at most the buffer it is given): below it, what is left of a message moves to the front. */
 const READ_ROOM_BYTES = 64 * 1024;
 /**
@@ -162,6 +163,7 @@ export class HolderLink {
       link.onHello = (hello) => {
         clearTimeout(timer);
         link.version = hello.version;
+        link.decoder.version = hello.version;
         socket.off('error', fail);
         link.wire();
         resolve({ link, hello });
@@ -191,6 +193,11 @@ export class HolderLink {
 
   liveOff(): void {
     this.write(encodeLiveOff());
+  }
+
+  /** Whether the holder says where each stream's output is (protocol 4): SSE ids and resuming need it. */
+  get knowsOffsets(): boolean {
+    return this.version >= OFFSETS_SINCE_VERSION;
   }
 
   /** Whether the holder can be lent a stream client's socket (protocol 3). */

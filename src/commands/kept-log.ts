@@ -1,6 +1,6 @@
 import { open, readFile, stat } from 'node:fs/promises';
 import { join } from 'node:path';
-import { FrameDecoder, type StreamName } from '../holder/protocol.js';
+import { FrameDecoder, type StreamName, type StreamOffsets } from '../holder/protocol.js';
 
 /** Bytes read from a segment at a time: what one reader of kept output holds at most. */
 export const LOG_READ_BYTES = 256 * 1024;
@@ -9,6 +9,14 @@ export interface Frame {
   stream: StreamName;
   bytes: Buffer;
 }
+
+/** What the holder's offsets file says (protocol 4): bytes each stream was written, and bytes of it kept. */
+export interface OutputOffsets {
+  written: StreamOffsets;
+  kept: StreamOffsets;
+}
+
+const OFFSETS_BYTES = 32;
 
 /**
  * A command's kept output as its holder wrote it: segment files (the memory
@@ -29,6 +37,45 @@ export class KeptLog {
     let total = 0;
     for (const path of await this.segmentPaths()) total += (await stat(path).catch(() => ({ size: 0 }))).size;
     return total;
+  }
+
+  /**
+   * The holder's offsets file: undefined for a holder older than protocol 4,
+   * which keeps none. A finished command's is final.
+   */
+  async offsets(): Promise<OutputOffsets | undefined> {
+    const bytes = await readFile(join(this.dir, 'offsets')).catch(() => undefined);
+    if (!bytes || bytes.length < OFFSETS_BYTES) return undefined;
+    const at = (i: number) => Number(bytes.readBigUInt64LE(i * 8));
+    return { written: { stdout: at(0), stderr: at(1) }, kept: { stdout: at(2), stderr: at(3) } };
+  }
+
+  /**
+   * The frames of the log up to `end()`, from the start or, with `from`,
+   * without the first `from.stdout` bytes of stdout and `from.stderr` of
+   * stderr (a frame partly before the position comes cut). Kept output is a
+   * prefix of each stream, so a position is found by counting.
+   */
+  async *framesFrom(end: () => number, from: StreamOffsets): AsyncGenerator<Frame> {
+    const skip = { ...from };
+    for await (const frame of this.frames(end)) {
+      const skipped = Math.min(skip[frame.stream], frame.bytes.length);
+      skip[frame.stream] -= skipped;
+      if (skipped < frame.bytes.length) yield { stream: frame.stream, bytes: frame.bytes.subarray(skipped) };
+    }
+  }
+
+  /** One stream's kept bytes from `from` (a byte offset of that stream) to `to`, in pieces of at most a frame. */
+  async *streamBytes(stream: StreamName, from: number, to: number): AsyncGenerator<Buffer> {
+    let at = 0;
+    for await (const frame of this.frames(() => Number.MAX_SAFE_INTEGER)) {
+      if (frame.stream !== stream) continue;
+      const start = Math.max(from - at, 0);
+      const stop = Math.min(to - at, frame.bytes.length);
+      at += frame.bytes.length;
+      if (start < stop) yield frame.bytes.subarray(start, stop);
+      if (at >= to) return;
+    }
   }
 
   /**

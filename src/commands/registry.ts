@@ -14,10 +14,17 @@ import { StateDir } from './state-dir.js';
 import { RECONNECT_HELLO_TIMEOUT_MS, TrackedProcess } from './tracked-process.js';
 
 /**
- * Finished background commands nobody has waited for are kept for `wait`, up
- * to this many; past it the oldest finished ones are forgotten.
+ * Finished commands are kept (for `wait`, replay, resuming, /output) up to
+ * this many; past it the ones that ended first are freed.
  */
-export const MAX_FINISHED_BACKGROUND = 1000;
+export const MAX_FINISHED_KEPT = 1000;
+
+/**
+ * Collected finished commands are freed early (those that ended first) while
+ * kept output holds more than this share of the memory tier or of the spool:
+ * running commands come first.
+ */
+export const FINISHED_BUDGET_SHARE = 0.75;
 
 /** How long shutdown waits for killed commands to be reaped. */
 export const KILL_ALL_WAIT_MS = 3_000;
@@ -46,6 +53,8 @@ export interface StartOptions {
  */
 export class ProcessRegistry {
   private readonly byPid = new Map<number, TrackedProcess>();
+  /** When each finished command is freed (--keep-finished after its end). */
+  private readonly expiries = new Map<TrackedProcess, NodeJS.Timeout>();
   private detached = false;
   /** Set by killAll: no command starts any more. */
   private closing = false;
@@ -59,13 +68,13 @@ export class ProcessRegistry {
     private readonly state: StateDir,
     /** The envd-holder binary: it runs every command, and receives large uploads (src/files/upload-splice.ts). */
     readonly holderPath: string,
-    private readonly limits: { maxFinishedBackground: number },
+    private readonly limits: { maxFinishedKept: number },
   ) {
     this.spawner = new HolderSpawner(holderPath, log);
   }
 
   /** Prepares the state directory and the spool, and re-adopts the commands a previous envd left running. */
-  static async open(config: Config, log: Logger, limits = { maxFinishedBackground: MAX_FINISHED_BACKGROUND }): Promise<ProcessRegistry> {
+  static async open(config: Config, log: Logger, limits = { maxFinishedKept: MAX_FINISHED_KEPT }): Promise<ProcessRegistry> {
     const state = await StateDir.open(config.stateDir, config.spoolDir);
     const registry = new ProcessRegistry(config, log, state, holderBinaryPath(config.stateDir), limits);
     await registry.adopt();
@@ -161,6 +170,8 @@ export class ProcessRegistry {
     const proc = this.byPid.get(pid);
     if (!proc || (only !== undefined && proc !== only)) return;
     this.byPid.delete(pid);
+    clearTimeout(this.expiries.get(proc));
+    this.expiries.delete(proc);
     await proc.release();
     await this.state.removeCommand(proc.id);
     this.state.releaseSlot(proc.meta.slot);
@@ -183,9 +194,21 @@ export class ProcessRegistry {
     this.state.close();
   }
 
+  /**
+   * The command's result has been handed out (its foreground request answered, its stream over, `wait`
+   * answered): it stays readable until --keep-finished after its end, unless that is 0.
+   */
+  collect(proc: TrackedProcess): void {
+    proc.collected = true;
+    if (this.config.keepFinishedMs === 0) void this.forget(proc.pid, proc);
+    else this.evictFinished();
+  }
+
   /** A restart, not a shutdown: leaves every command running with its holder, for the next envd to re-adopt. */
   detach(): void {
     this.detached = true;
+    for (const timer of this.expiries.values()) clearTimeout(timer);
+    this.expiries.clear();
     for (const proc of this.list()) proc.detach();
     this.byPid.clear();
     this.spawner.close();
@@ -233,8 +256,7 @@ export class ProcessRegistry {
       void this.forget(proc.pid, previous);
     }
     this.byPid.set(proc.pid, proc);
-    // Foreground and streamed commands are forgotten by their request once it has read the output (routes.ts).
-    void proc.finished.then(() => proc.keepWhenFinished && this.evictFinished());
+    void proc.finished.then(() => this.onFinished(proc));
   }
 
   /**
@@ -327,16 +349,42 @@ export class ProcessRegistry {
     }
   }
 
+  /** A command has ended: it is freed --keep-finished after its end, or earlier if too many or too much is kept. */
+  private onFinished(proc: TrackedProcess): void {
+    if (this.byPid.get(proc.pid) !== proc || this.detached) return;
+    this.evictFinished();
+    // --keep-finished 0: no time limit; a command is freed once collected (and a background one waits for its wait).
+    if (this.config.keepFinishedMs === 0) return;
+    const left = Math.max(0, (proc.endedAt?.getTime() ?? Date.now()) + this.config.keepFinishedMs - Date.now());
+    const timer = setTimeout(() => void this.forget(proc.pid, proc), left);
+    timer.unref();
+    this.expiries.set(proc, timer);
+  }
+
+  /**
+   * Frees finished commands while more than the limit are kept (collected
+   * ones first, then those that ended first), and collected ones while kept
+   * output crowds the budgets: a result nobody has collected yet is not freed
+   * for space, running commands' output comes before what was handed out.
+   */
   private evictFinished(): void {
-    let finished = 0;
-    for (const proc of this.byPid.values()) if (proc.keepWhenFinished && !proc.running) finished++;
-    // Map order is insertion order, so the first finished entries are the oldest.
-    for (const [pid, proc] of this.byPid) {
-      if (finished <= this.limits.maxFinishedBackground) break;
-      if (!proc.keepWhenFinished || proc.running) continue;
-      finished--;
-      this.log.info({ pid, cmd: proc.meta.cmd }, 'forgot an unwaited finished background command: too many kept');
-      void this.forget(pid, proc);
+    const ended = (proc: TrackedProcess) => proc.endedAt?.getTime() ?? 0;
+    const finished = [...this.byPid.values()]
+      .filter((proc) => !proc.running)
+      .sort((a, b) => Number(b.collected) - Number(a.collected) || ended(a) - ended(b));
+    // What is kept now, less what the commands freed here held (their files go asynchronously).
+    const usage = this.state.usage();
+    const crowded = () => usage.memory > this.config.outputMemoryBytes * FINISHED_BUDGET_SHARE || usage.spool > this.config.maxSpoolBytes * FINISHED_BUDGET_SHARE;
+    let count = finished.length;
+    for (const proc of finished) {
+      const tooMany = count > this.limits.maxFinishedKept;
+      if (!tooMany && !(proc.collected && crowded())) break;
+      count--;
+      const held = this.state.slotUsage(proc.meta.slot);
+      usage.memory -= held.memory;
+      usage.spool -= held.spool;
+      this.log.info({ pid: proc.pid, cmd: proc.meta.cmd }, tooMany ? 'freed a finished command early: too many kept' : 'freed a finished command early: kept output crowds the budgets');
+      void this.forget(proc.pid, proc);
     }
   }
 }

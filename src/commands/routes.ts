@@ -3,11 +3,16 @@ import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import type { FastifyReply } from 'fastify';
 import { Readable } from 'node:stream';
 import type { Config } from '../config.js';
-import { ErrorSchema, notFound } from '../errors.js';
+import { ErrorSchema, HttpError, notFound } from '../errors.js';
 import type { SandboxState } from '../sandbox-state.js';
 import type { ProcessRegistry } from './registry.js';
 import {
+  AttachQuery,
   BackgroundStarted,
+  ListQuery,
+  OutputQuery,
+  RawBytes,
+  WaitQuery,
   CommandResult,
   type CommandResult as CommandResultValue,
   Empty,
@@ -21,7 +26,9 @@ import {
   StdinBody,
   StreamBody,
 } from './schemas.js';
+import { keptOutput, type OutputQuery as OutputQueryValue } from './output.js';
 import { commandResult } from './result.js';
+import { resumeCursor } from './resume.js';
 import { prepareCommand } from './spawn.js';
 import { streamProcess } from './sse.js';
 import type { TrackedProcess } from './tracked-process.js';
@@ -79,7 +86,7 @@ export const commandRoutes: FastifyPluginAsyncTypebox<CommandRoutesOptions> = as
       } finally {
         reply.raw.off('close', onClose);
       }
-      return sendResult(reply, proc, () => processes.forget(proc.pid, proc));
+      return sendResult(reply, proc, () => processes.collect(proc));
     },
   );
 
@@ -92,16 +99,22 @@ export const commandRoutes: FastifyPluginAsyncTypebox<CommandRoutesOptions> = as
       const proc = await processes.start(prepared, { background: false, timeoutMs: timeoutMs(request.body.timeout), streamed: true });
       // The stream owns the command: forgotten once it has ended and the stream is over (sent out, or cut by the client).
       const streamOver = new Promise((resolve) => reply.raw.once('close', resolve));
-      void Promise.all([proc.finished, streamOver]).then(() => processes.forget(proc.pid, proc));
+      void Promise.all([proc.finished, streamOver]).then(() => processes.collect(proc));
       await streamProcess(request, reply, proc, { killOnDisconnect: true, lendSocket: config.directOutput });
     },
   );
 
   app.get(
     '',
-    { schema: { summary: 'List tracked processes', response: { 200: ProcessList, ...errors } } },
-    async () => ({
-      processes: processes.list().map((proc) => ({
+    {
+      schema: {
+        summary: 'List tracked processes: running ones and finished ones not yet collected; with finished=true every finished one kept',
+        querystring: ListQuery,
+        response: { 200: ProcessList, ...errors },
+      },
+    },
+    async (request) => ({
+      processes: processes.list().filter((proc) => request.query.finished || proc.running || !proc.collected).map((proc) => ({
         pid: proc.pid,
         cmd: proc.meta.cmd,
         ...(proc.meta.args ? { args: proc.meta.args } : {}),
@@ -112,6 +125,7 @@ export const commandRoutes: FastifyPluginAsyncTypebox<CommandRoutesOptions> = as
         started_at: proc.startedAt.toISOString(),
         running: proc.running,
         ...(proc.exit ? { exit_code: proc.exit.exit_code } : {}),
+        ...(proc.endedAt && !proc.running ? { ended_at: proc.endedAt.toISOString() } : {}),
         ...(proc.ptySize ? { pty: proc.ptySize } : {}),
       })),
     }),
@@ -119,23 +133,57 @@ export const commandRoutes: FastifyPluginAsyncTypebox<CommandRoutesOptions> = as
 
   app.get(
     '/:pid/stream',
-    { schema: { summary: 'Attach: replay the kept output, then follow live output until exit', params: PidParams, response: { 200: EventStream, ...errors } } },
+    {
+      schema: {
+        summary: 'Attach: replay the kept output (from Last-Event-ID or ?from= when resuming), then follow live output until exit',
+        params: PidParams,
+        querystring: AttachQuery,
+        response: { 200: EventStream, ...errors },
+      },
+    },
     async (request, reply) => {
       const proc = tracked(request.params.pid);
+      const from = await resumeCursor(proc, request.query.from, request.headers['last-event-id']);
       // An attacher only watches: its leaving never kills the command.
-      await streamProcess(request, reply, proc, { killOnDisconnect: false, lendSocket: config.directOutput });
+      await streamProcess(request, reply, proc, { killOnDisconnect: false, lendSocket: config.directOutput, from });
+    },
+  );
+
+  app.get(
+    '/:pid/output',
+    {
+      schema: {
+        summary: "A command's kept output of one stream as plain bytes (from/limit, or a Range header)",
+        params: PidParams,
+        querystring: OutputQuery,
+        produces: ['application/octet-stream'],
+        response: { 200: RawBytes, 206: RawBytes, ...errors },
+      },
+    },
+    async (request, reply) => {
+      // The schema allows only the two names; the type provider cannot see through Unsafe.
+      const query = request.query as OutputQueryValue;
+      const answer = await keptOutput(tracked(request.params.pid), query, request.headers.range);
+      return reply.code(answer.status).headers(answer.headers).send(answer.body);
     },
   );
 
   app.get(
     '/:pid/wait',
-    { schema: { summary: 'Wait for a process to end, get its result, and forget it', params: PidParams, response: { 200: CommandResult, ...errors } } },
+    {
+      schema: {
+        summary: 'Wait for a process to end and get its result (408 past timeout_ms while it runs)',
+        params: PidParams,
+        querystring: WaitQuery,
+        response: { 200: CommandResult, ...errors },
+      },
+    },
     async (request, reply) => {
       const pid = Number(request.params.pid);
       const proc = processes.get(pid);
       if (!proc) return NOT_FOUND_RESULT;
-      await proc.finished;
-      return sendResult(reply, proc, () => processes.forget(pid, proc));
+      await finishedWithin(proc, request.query.timeout_ms);
+      return sendResult(reply, proc, () => processes.collect(proc));
     },
   );
 
@@ -193,24 +241,39 @@ export const commandRoutes: FastifyPluginAsyncTypebox<CommandRoutesOptions> = as
   );
 };
 
+/** Resolves when the command has finished; a 408 once `timeoutMs` have passed first (the command runs on). */
+async function finishedWithin(proc: TrackedProcess, timeoutMs: number | undefined): Promise<void> {
+  if (timeoutMs === undefined) {
+    await proc.finished;
+    return;
+  }
+  let timer: NodeJS.Timeout | undefined;
+  const expired = new Promise<'expired'>((resolve) => (timer = setTimeout(() => resolve('expired'), timeoutMs)));
+  try {
+    if ((await Promise.race([proc.finished, expired])) === 'expired') throw new HttpError(408, `pid ${proc.pid} is still running after ${timeoutMs} ms; wait again`);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
 /**
- * Answers with a finished command's result, then forgets the command (its
- * kept output is read from the log first, so it is forgotten only after the
- * answer has been read out of it).
+ * Answers with a finished command's result, then marks the command collected
+ * (it stays readable for --keep-finished; with 0 it is freed, once the answer
+ * has been read out of its log).
  */
-async function sendResult(reply: FastifyReply, proc: TrackedProcess, forget: () => Promise<void>): Promise<CommandResultValue | FastifyReply> {
+async function sendResult(reply: FastifyReply, proc: TrackedProcess, collect: () => void): Promise<CommandResultValue | FastifyReply> {
   const result = await commandResult(proc);
   if (!(result instanceof Readable)) {
-    await forget();
+    collect();
     return result;
   }
   if (reply.raw.destroyed) {
     // Nobody is left to read it.
     result.destroy();
-    await forget();
+    collect();
     return reply;
   }
-  reply.raw.once('close', () => void forget());
+  reply.raw.once('close', collect);
   // A failure while streaming comes after the status line: the stream's error aborts the connection.
   return reply.type('application/json; charset=utf-8').send(result);
 }

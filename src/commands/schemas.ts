@@ -73,9 +73,38 @@ export const ProcessInfo = Type.Object({
   started_at: Type.String({ format: 'date-time' }),
   running: Type.Boolean(),
   exit_code: Type.Optional(Type.Integer()),
+  ended_at: Type.Optional(Type.String({ format: 'date-time', description: 'When a finished command ended' })),
   pty: Type.Optional(ptySize('The terminal\'s current size, for commands on a pty')),
 });
 export type ProcessInfo = Static<typeof ProcessInfo>;
+
+export const ListQuery = Type.Object(
+  { finished: Type.Optional(Type.Boolean({ description: 'Also list finished commands whose result was collected (still kept for --keep-finished)' })) },
+  { additionalProperties: false },
+);
+
+export const AttachQuery = Type.Object(
+  { from: Type.Optional(Type.String({ description: 'Resume after this event id (<stdout bytes>-<stderr bytes>); the Last-Event-ID header does the same' })) },
+  { additionalProperties: false },
+);
+
+/** setTimeout holds at most 2^31-1 ms. */
+export const MAX_WAIT_TIMEOUT_MS = 2 ** 31 - 1;
+export const WaitQuery = Type.Object(
+  { timeout_ms: Type.Optional(Type.Integer({ minimum: 0, maximum: MAX_WAIT_TIMEOUT_MS, description: 'Answer 408 if the command still runs after this long' })) },
+  { additionalProperties: false },
+);
+
+export const OutputQuery = Type.Object(
+  {
+    stream: Type.Optional(Type.Unsafe<'stdout' | 'stderr'>(Type.String({ enum: ['stdout', 'stderr'], description: 'stdout (the default) or stderr' }))),
+    from: Type.Optional(Type.Integer({ minimum: 0, maximum: Number.MAX_SAFE_INTEGER, description: 'The first byte (of the kept stream) to read' })),
+    limit: Type.Optional(Type.Integer({ minimum: 1, maximum: Number.MAX_SAFE_INTEGER, description: 'At most this many bytes' })),
+  },
+  { additionalProperties: false },
+);
+
+export const RawBytes = Type.Unknown({ description: 'the kept bytes of the stream, application/octet-stream' });
 
 export const ProcessList = Type.Object({ processes: Type.Array(ProcessInfo) });
 

@@ -2,11 +2,11 @@ import { createSession, type Session } from 'better-sse';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { fstatSync } from 'node:fs';
 import type { ServerResponse } from 'node:http';
-import { StringDecoder } from 'node:string_decoder';
-import type { StreamName } from '../holder/protocol.js';
+import type { StreamName, StreamOffsets } from '../holder/protocol.js';
 import type { KeptLog } from './kept-log.js';
 import type { ExitInfo } from './schemas.js';
-import type { LendableSocket, OutputSubscriber, TrackedProcess } from './tracked-process.js';
+import type { LendableSocket, OutputSubscriber, ReplayTarget, TrackedProcess } from './tracked-process.js';
+import { Utf8Cursor } from './utf8-cursor.js';
 
 /** The inode of fd `fd` (a socket's, in sockfs), or undefined if the fd is no longer open. */
 function inodeOf(fd: number): number | undefined {
@@ -29,8 +29,8 @@ const TEXT_PREFIX = {
 };
 const TEXT_SUFFIX = Buffer.from('"}\n\n');
 
-/** Room for the largest TEXT event: a holder's TEXT (64 KiB at most) and what goes around it. */
-const EVENT_BUFFER_BYTES = 64 * 1024 + 128;
+/** Room for the largest TEXT event: a holder's TEXT (64 KiB at most) and what goes around it (its id included). */
+const EVENT_BUFFER_BYTES = 64 * 1024 + 160;
 /** How many written event buffers are kept for reuse, over all streams (1 MiB). */
 const KEPT_EVENT_BUFFERS = 16;
 
@@ -63,7 +63,7 @@ export async function streamProcess(
   request: FastifyRequest,
   reply: FastifyReply,
   proc: TrackedProcess,
-  { killOnDisconnect, lendSocket }: { killOnDisconnect: boolean; lendSocket: boolean },
+  { killOnDisconnect, lendSocket, from = { stdout: 0, stderr: 0 } }: { killOnDisconnect: boolean; lendSocket: boolean; from?: StreamOffsets },
 ): Promise<void> {
   const headers = stringHeaders(reply);
   reply.hijack();
@@ -97,21 +97,22 @@ export async function streamProcess(
     return;
   }
   if (closed || res.destroyed) return onClose();
-  subscriber = new SseSubscriber(session, res, proc, request.log, lendSocket);
+  subscriber = new SseSubscriber(session, res, proc, request.log, lendSocket, from, proc.resumable);
   subscriber.write('start', { pid: proc.pid });
   proc.subscribe(subscriber);
 }
 
 /**
  * One SSE client of a command. Output arrives as bytes (from the kept log,
- * then live from the holder) and is decoded here, one streaming UTF-8
- * decoder per stream, so a character split between two reads stays whole.
- * What it holds is at most one read of the log or one message of the holder
- * beyond the socket's own buffer.
+ * then live from the holder) and is decoded here, one UTF-8 cursor per stream,
+ * so a character split between two reads stays whole, and every output event
+ * carries the SSE id of the position after it (docs/api.md, "Resuming a
+ * stream"). What it holds is at most one read of the log or one message of
+ * the holder beyond the socket's own buffer.
  */
 class SseSubscriber implements OutputSubscriber {
-  private readonly decoders = { stdout: new StringDecoder('utf8'), stderr: new StringDecoder('utf8') };
-  /** Per stream: the holder decodes from here on (its first TEXT has arrived), not `decoders`. */
+  private readonly cursors: Record<StreamName, Utf8Cursor>;
+  /** Per stream: the holder decodes from here on (its first TEXT has arrived), not `cursors`. */
   private readonly decodedByHolder = { stdout: false, stderr: false };
   private wakeReplay: (() => void) | undefined;
   /** The holder writes to the socket (lend()): nothing may be written here until reclaim(). */
@@ -127,7 +128,12 @@ class SseSubscriber implements OutputSubscriber {
     private readonly proc: TrackedProcess,
     private readonly log: FastifyRequest['log'],
     private readonly mayLend: boolean,
+    /** Where this client starts: the start of the output, or the id it resumed from. */
+    readonly from: StreamOffsets,
+    /** Whether its events carry ids: the command's holder says where each stream is (protocol 4). */
+    private readonly ids: boolean,
   ) {
+    this.cursors = { stdout: new Utf8Cursor(from.stdout), stderr: new Utf8Cursor(from.stderr) };
     res.on('drain', () => {
       this.wakeReplay?.();
       if (!this.backedUp) this.proc.subscriberDrained();
@@ -146,12 +152,12 @@ class SseSubscriber implements OutputSubscriber {
     return this.res.writableNeedDrain;
   }
 
-  catchUp(log: KeptLog, end: () => number): void {
-    void this.replay(log, end);
+  catchUp(log: KeptLog, target: () => ReplayTarget): void {
+    void this.replay(log, target);
   }
 
   push(stream: StreamName, bytes: Buffer): void {
-    const text = this.decoders[stream].write(bytes);
+    const text = this.cursors[stream].write(bytes);
     if (text !== '') this.writeOutput(stream, text);
   }
 
@@ -175,23 +181,29 @@ class SseSubscriber implements OutputSubscriber {
     else this.onFlushed = flushed;
   }
 
-  reclaim(intact: boolean): void {
+  reclaim(intact: boolean, offsets?: StreamOffsets): void {
     this.lent = false;
     this.onFlushed = undefined;
+    // The holder wrote events (with their ids) meanwhile: the position is where it stopped.
+    if (offsets) for (const stream of STREAMS) this.cursors[stream].offset = offsets[stream];
     // Cut inside an event or chunk: ending the connection is all that is left to say.
     if (!intact) this.res.destroy();
   }
 
-  pushText(stream: StreamName, json: Buffer): void {
+  pushText(stream: StreamName, json: Buffer, offset?: number): void {
     this.handDecodingToHolder(stream);
+    if (offset !== undefined) this.cursors[stream].offset = offset;
     if (json.length === 0) return;
     // One event, one write; `json` points into the link's read buffer and is copied here.
-    const prefix = TEXT_PREFIX[stream];
-    const length = prefix.length + json.length + TEXT_SUFFIX.length;
+    // The prefix with the id is written into the event's own buffer: no allocation per event.
+    const head = this.ids ? `event: ${stream}\nid: ${this.id()}\ndata: {"stream":"${stream}","data":"` : undefined;
+    const headLength = head === undefined ? TEXT_PREFIX[stream].length : head.length;
+    const length = headLength + json.length + TEXT_SUFFIX.length;
     const event = length <= EVENT_BUFFER_BYTES ? takeEventBuffer() : Buffer.allocUnsafe(length);
-    prefix.copy(event, 0);
-    json.copy(event, prefix.length);
-    TEXT_SUFFIX.copy(event, prefix.length + json.length);
+    if (head === undefined) TEXT_PREFIX[stream].copy(event, 0);
+    else event.write(head, 0, 'latin1');
+    json.copy(event, headLength);
+    TEXT_SUFFIX.copy(event, headLength + json.length);
     // Back to the pool once written (or failed): only then has the socket let go of it.
     this.send(event.subarray(0, length), () => {
       if (event.length === EVENT_BUFFER_BYTES) giveEventBuffer(event);
@@ -202,7 +214,7 @@ class SseSubscriber implements OutputSubscriber {
   private handDecodingToHolder(stream: StreamName): void {
     if (this.decodedByHolder[stream]) return;
     this.decodedByHolder[stream] = true;
-    this.decoders[stream] = new StringDecoder('utf8');
+    this.cursors[stream].dropCarried();
   }
 
   abort(): void {
@@ -213,8 +225,8 @@ class SseSubscriber implements OutputSubscriber {
   finish(exit: ExitInfo): void {
     clearInterval(this.keepAlive);
     if (!this.session.isConnected) return;
-    for (const stream of ['stdout', 'stderr'] as const) {
-      const rest = this.decoders[stream].end();
+    for (const stream of STREAMS) {
+      const rest = this.cursors[stream].end();
       if (rest !== '') this.writeOutput(stream, rest);
     }
     this.write('exit', exit);
@@ -222,13 +234,37 @@ class SseSubscriber implements OutputSubscriber {
   }
 
   write(event: string, data: unknown): void {
-    // Exactly `event:` and one JSON `data:` line (no id). Written directly:
-    // event names are constants and JSON text never holds a raw newline.
+    // Exactly `event:` and one JSON `data:` line. Written directly: event names are constants and JSON text never holds a raw newline.
     this.send(`event: ${event}\ndata: ${JSON.stringify(data)}\n\n`);
   }
 
+  /** The SSE id of the position after everything sent so far: `<stdout bytes>-<stderr bytes>`. */
+  private id(): string {
+    return `${this.cursors.stdout.offset}-${this.cursors.stderr.offset}`;
+  }
+
   private writeOutput(stream: StreamName, text: string): void {
-    this.send(`event: ${stream}\ndata: {"stream":"${stream}","data":${JSON.stringify(text)}}\n\n`);
+    const id = this.ids ? `id: ${this.id()}\n` : '';
+    this.send(`event: ${stream}\n${id}data: {"stream":"${stream}","data":${JSON.stringify(text)}}\n\n`);
+  }
+
+  /**
+   * Where the replay meets what comes next (live output, or the end): each
+   * stream's output between the two that was not kept (past the cap or the
+   * budgets) is one `truncated` event saying how many bytes are missing.
+   */
+  private handOff(offsets: StreamOffsets | undefined): void {
+    if (!offsets || !this.ids) return;
+    for (const stream of STREAMS) {
+      // Nothing missing when the replay took in every byte up to where the rest starts (a character begun
+      // at the end is completed live, or replaced at the end).
+      if (offsets[stream] <= this.cursors[stream].consumed) continue;
+      // What the client will not see as text: the bytes of a character begun before the cut count with the rest.
+      const missing = offsets[stream] - this.cursors[stream].offset;
+      this.cursors[stream].dropCarried();
+      this.cursors[stream].offset = offsets[stream];
+      this.send(`event: truncated\nid: ${this.id()}\ndata: ${JSON.stringify({ stream, bytes: missing })}\n\n`);
+    }
   }
 
   /** Every write to the socket: counted until the socket has it, so lend() knows when all is out. */
@@ -250,10 +286,10 @@ class SseSubscriber implements OutputSubscriber {
     });
   }
 
-  /** Replays the log one read at a time, waiting for the socket to drain between reads. */
-  private async replay(log: KeptLog, end: () => number): Promise<void> {
+  /** Replays the log from where this client starts, one read at a time, waiting for the socket to drain between reads. */
+  private async replay(log: KeptLog, target: () => ReplayTarget): Promise<void> {
     try {
-      for await (const frame of log.frames(end)) {
+      for await (const frame of log.framesFrom(() => target().logEnd, this.from)) {
         if (!this.session.isConnected) return;
         this.push(frame.stream, frame.bytes);
         if (this.res.writableNeedDrain) await new Promise<void>((resolve) => (this.wakeReplay = resolve));
@@ -265,9 +301,13 @@ class SseSubscriber implements OutputSubscriber {
       this.res.destroy();
       return;
     }
-    if (this.session.isConnected) this.proc.caughtUp(this);
+    if (!this.session.isConnected) return;
+    this.handOff(target().offsets);
+    this.proc.caughtUp(this);
   }
 }
+
+const STREAMS = ['stdout', 'stderr'] as const;
 
 function stringHeaders(reply: FastifyReply): Record<string, string> {
   const headers: Record<string, string> = {};

@@ -101,6 +101,14 @@ export class StateDir {
     this.freeSlots.push(slot);
   }
 
+  /** Bytes of kept output in memory and in the spool of the command in one slot. */
+  slotUsage(slot: number): { memory: number; spool: number } {
+    if (this.closed) return { memory: 0, spool: 0 };
+    const bytes = Buffer.alloc(SLOT_BYTES);
+    readSync(this.usageFd, bytes, 0, SLOT_BYTES, slot * SLOT_BYTES);
+    return { memory: Number(bytes.readBigUInt64LE(0)), spool: Number(bytes.readBigUInt64LE(8)) };
+  }
+
   /** Bytes of kept output in memory and in the spool, over all commands. */
   usage(): { memory: number; spool: number } {
     if (this.closed) return { memory: 0, spool: 0 };

@@ -1,9 +1,9 @@
-import { writeFileSync } from 'node:fs';
-import { access } from 'node:fs/promises';
+import { existsSync, writeFileSync } from 'node:fs';
+import { access, stat } from 'node:fs/promises';
 import { constants } from 'node:os';
 import { join } from 'node:path';
 import { conflict, HttpError } from '../errors.js';
-import type { AckStatus, DirectEndReason, StreamName, Truncation } from '../holder/protocol.js';
+import type { AckStatus, DirectEndReason, StreamName, StreamOffsets, Truncation } from '../holder/protocol.js';
 import type { Logger } from '../logger.js';
 import { HolderLink } from './holder-link.js';
 import { KeptLog } from './kept-log.js';
@@ -29,13 +29,26 @@ const STATUS_READ_PATIENCE_MS = 60_000;
 const HOLDER_EXIT_WAIT_MS = 5_000;
 
 /**
+ * How far a subscriber replays the kept log: to `logEnd` (asked again as the
+ * replay goes: it moves to the whole log once the command has finished), where
+ * the live output (or the end) starts at `offsets` in each stream; whatever of
+ * the streams lies between what the log kept and `offsets` is lost to this
+ * subscriber (past the cap or the budgets). `offsets` is undefined for a holder
+ * older than protocol 4.
+ */
+export interface ReplayTarget {
+  logEnd: number;
+  offsets: StreamOffsets | undefined;
+}
+
+/**
  * Someone following a command's output: a stream client or an attacher.
  * It first catches up from the kept log (`catchUp`), then gets live output
  * (`push`), then `finish`.
  */
 export interface OutputSubscriber {
-  /** Replays the kept log up to `end()`, then calls `proc.caughtUp(this)`. */
-  catchUp(log: KeptLog, end: () => number): void;
+  /** Replays the kept log from where the subscriber starts up to `target()`, then calls `proc.caughtUp(this)`. */
+  catchUp(log: KeptLog, target: () => ReplayTarget): void;
   /** Live output, including output past the cap that the log no longer keeps. */
   push(stream: StreamName, bytes: Buffer): void;
   /**
@@ -44,7 +57,7 @@ export interface OutputSubscriber {
    * the replay stopped: a character the replay left incomplete is completed
    * (or replaced) here.
    */
-  pushText(stream: StreamName, json: Buffer): void;
+  pushText(stream: StreamName, json: Buffer, offset?: number): void;
   /** The last call: the command has ended and its output is complete. */
   finish(exit: ExitInfo): void;
   /** The output can no longer be followed without a gap (envd lost the holder's channel): the stream ends, cut. */
@@ -56,10 +69,11 @@ export interface OutputSubscriber {
   /** Writes nothing from now on; calls `flushed` once all it wrote before has gone to the socket. */
   lend(flushed: () => void): void;
   /**
-   * The socket is the subscriber's to write again: all output up to here is on it, or (`intact` false)
-   * the holder vanished while writing and the stream may end inside an event.
+   * The socket is the subscriber's to write again: all output up to here is on it (`offsets`: where it
+   * stands in each stream, protocol 4), or (`intact` false) the holder vanished while writing and the
+   * stream may end inside an event.
    */
-  reclaim(intact: boolean): void;
+  reclaim(intact: boolean, offsets?: StreamOffsets): void;
 }
 
 /** A socket of envd's process, by fd, and how its response frames a body (HTTP chunks or none). */
@@ -118,7 +132,16 @@ export class TrackedProcess {
   readonly startedAt: Date;
   /** Resolves when the command has ended and its output is complete. */
   readonly finished: Promise<ExitInfo>;
-  readonly keepWhenFinished: boolean;
+  /**
+   * Its result has been handed out: the request that started it (foreground, stream) is over, or `wait`
+   * answered. Finished and collected, it is listed only when asked for (?finished=true) until it is freed.
+   * Not kept across a restart of envd: a re-adopted finished command is listed again.
+   */
+  collected = false;
+  /** When it ended (for a command found finished at re-adoption: when its holder wrote its status). */
+  endedAt: Date | undefined;
+  /** Its holder says where each stream's output is (protocol 4: an offsets file): events carry ids, clients can resume. */
+  readonly resumable: boolean;
 
   private readonly logger: Logger;
   private readonly dir: string;
@@ -129,6 +152,12 @@ export class TrackedProcess {
   private reaped: boolean;
   private logEnd: number;
   private finalLogEnd: number | undefined;
+  /** The holder's EXIT arrived (completing it reads a file first): its link closing now is its end, not a loss. */
+  private exitSeen = false;
+  /** How far each stream's output has gone out as TEXT up to logEnd (protocol 4). */
+  private liveOffsets: StreamOffsets | undefined;
+  /** Every byte the command wrote to each stream, once it has finished. */
+  private finalOffsets: StreamOffsets | undefined;
   private exitInfo: ExitInfo | undefined;
   private truncation: Truncation = { stdout: false, stderr: false };
   private live: 'off' | 'syncing' | 'on' = 'off';
@@ -149,7 +178,7 @@ export class TrackedProcess {
     this.pids = init.pids;
     this.log = new KeptLog(init.dir);
     this.startedAt = new Date(init.meta.started_at);
-    this.keepWhenFinished = init.meta.background || init.adopted;
+    this.resumable = existsSync(join(init.dir, 'offsets'));
     this.logger = init.logger;
     this.reaped = init.reaped;
     this.logEnd = init.logEnd;
@@ -236,7 +265,7 @@ export class TrackedProcess {
   subscribe(subscriber: OutputSubscriber): void {
     if (this.exitInfo) {
       this.subscribers.set(subscriber, 'replaying');
-      subscriber.catchUp(this.log, () => this.finalLogEnd!);
+      subscriber.catchUp(this.log, () => this.finalTarget());
       return;
     }
     this.subscribers.set(subscriber, 'syncing');
@@ -248,7 +277,7 @@ export class TrackedProcess {
       this.askBack();
     } else if (this.live === 'on') {
       // Between two messages: everything up to logEnd is in the log, everything after comes live.
-      this.startReplay(subscriber, this.logEnd);
+      this.startReplay(subscriber, { logEnd: this.logEnd, offsets: this.liveOffsets && { ...this.liveOffsets } });
     }
   }
 
@@ -320,17 +349,18 @@ export class TrackedProcess {
     });
   }
 
-  private onDirectEnded(logEnd: number, reason: DirectEndReason): void {
+  private onDirectEnded(logEnd: number, reason: DirectEndReason, offsets: StreamOffsets | undefined): void {
     const lent = this.lent;
     if (!lent) return; // LIVE_OFF forgot it first
     this.lent = undefined;
     this.logEnd = logEnd;
+    this.liveOffsets = offsets;
     if (reason === 'refused') {
       this.lendingRefused = true;
       this.logger.info({ pid: this.pid }, 'the holder could not take the stream socket: envd writes the output');
     }
-    if (this.subscribers.has(lent.subscriber)) lent.subscriber.reclaim(true);
-    for (const [subscriber, state] of this.subscribers) if (state === 'syncing') this.startReplay(subscriber, logEnd);
+    if (this.subscribers.has(lent.subscriber)) lent.subscriber.reclaim(true, offsets);
+    for (const [subscriber, state] of this.subscribers) if (state === 'syncing') this.startReplay(subscriber, { logEnd, offsets: offsets && { ...offsets } });
     this.updateFlow();
     // A client that failed is about to go ('close' follows): it is not asked again. Anyone else alone may be.
     if (reason !== 'failed') this.lendIfAlone();
@@ -478,18 +508,22 @@ export class TrackedProcess {
         return;
       case 'sync':
         this.logEnd = message.logEnd;
+        this.liveOffsets = message.offsets;
         if (this.live !== 'syncing') return;
         this.live = 'on';
-        for (const [subscriber, state] of this.subscribers) if (state === 'syncing') this.startReplay(subscriber, message.logEnd);
+        for (const [subscriber, state] of this.subscribers) {
+          if (state === 'syncing') this.startReplay(subscriber, { logEnd: message.logEnd, offsets: message.offsets && { ...message.offsets } });
+        }
         return;
       case 'data':
       case 'text':
         this.logEnd = message.logEnd;
+        if (message.type === 'text' && message.offset !== undefined && this.liveOffsets) this.liveOffsets[message.stream] = message.offset;
         if (this.live !== 'on') return;
         for (const [subscriber, state] of this.subscribers) {
           if (state !== 'live') continue;
           if (message.type === 'data') subscriber.push(message.stream, message.bytes);
-          else subscriber.pushText(message.stream, message.json);
+          else subscriber.pushText(message.stream, message.json, message.offset);
         }
         this.updateFlow();
         return;
@@ -497,9 +531,10 @@ export class TrackedProcess {
         this.onDirectReady();
         return;
       case 'direct-ended':
-        this.onDirectEnded(message.logEnd, message.reason);
+        this.onDirectEnded(message.logEnd, message.reason, message.offsets);
         return;
       case 'exit':
+        this.exitSeen = true;
         this.reaped = true;
         this.logEnd = message.logEnd;
         this.truncation = message.truncated;
@@ -508,11 +543,16 @@ export class TrackedProcess {
     }
   }
 
-  private startReplay(subscriber: OutputSubscriber, upTo: number): void {
+  private startReplay(subscriber: OutputSubscriber, upTo: ReplayTarget): void {
     this.subscribers.set(subscriber, 'replaying');
     this.updateFlow();
     // Once the command has finished the target becomes the whole log, even mid-replay.
-    subscriber.catchUp(this.log, () => this.finalLogEnd ?? upTo);
+    subscriber.catchUp(this.log, () => (this.finalLogEnd !== undefined ? this.finalTarget() : upTo));
+  }
+
+  /** The whole log, and (protocol 4) every byte written to each stream: where a replay of a finished command ends. */
+  private finalTarget(): ReplayTarget {
+    return { logEnd: this.finalLogEnd!, offsets: this.finalOffsets };
   }
 
   /** Hold the holder's messages while anyone is catching up or cannot write. */
@@ -530,7 +570,7 @@ export class TrackedProcess {
     // The link closed but the holder lives (it dropped this connection): follow it over a new one. Whoever
     // followed the output over the old one cannot be continued without a gap: their streams end, they attach again.
     // (After EXIT the holder lives on until envd has closed its end: that is its end, not a lost link.)
-    if (this.finalLogEnd === undefined && !this.released && !this.detached && this.holderAlive()) {
+    if (!this.exitSeen && this.finalLogEnd === undefined && !this.released && !this.detached && this.holderAlive()) {
       this.lent = undefined;
       this.live = 'off';
       for (const subscriber of this.subscribers.keys()) subscriber.abort();
@@ -561,6 +601,11 @@ export class TrackedProcess {
       if (!status && !this.timedOut) this.logger.warn({ pid: this.pid }, 'the holder of a command ended without recording its exit: reporting exit code 1');
     }
     if (this.finalLogEnd !== undefined) return;
+    const offsets = this.resumable ? await this.log.offsets() : undefined;
+    const endedAt = ended ? new Date() : await statusTime(this.dir);
+    if (this.finalLogEnd !== undefined) return;
+    this.finalOffsets = offsets?.written;
+    this.endedAt = endedAt;
     this.finalLogEnd = end.logEnd;
     this.reaped = true;
     clearTimeout(this.timeoutTimer);
@@ -573,7 +618,7 @@ export class TrackedProcess {
         subscriber.finish(exit);
       } else if (state === 'syncing') {
         this.subscribers.set(subscriber, 'replaying');
-        subscriber.catchUp(this.log, () => this.finalLogEnd!);
+        subscriber.catchUp(this.log, () => this.finalTarget());
       }
       // 'replaying' ones finish when they have caught up with the (now final) end.
     }
@@ -586,6 +631,12 @@ export function describeExit(exitCode: number, signal: number, timedOut: boolean
   if (timedOut) return { exit_code: TIMEOUT_EXIT_CODE, timed_out: true };
   if (signal > 0) return { exit_code: 128 + signal, signal: SIGNAL_NAMES.get(signal) ?? `SIG${signal}` };
   return { exit_code: exitCode < 0 ? 1 : exitCode };
+}
+
+/** When the holder wrote its status (the command's end, for one that ended while envd was down); now if it cannot tell. */
+async function statusTime(dir: string): Promise<Date> {
+  const info = await stat(join(dir, 'status')).catch(() => undefined);
+  return info ? info.mtime : new Date();
 }
 
 /**

@@ -109,11 +109,14 @@ void write_direct(void) {
   else if (r > 0 && direct.closing) end_direct(DIRECT_ENDED_OFF);
 }
 
-void send_direct(int stream, size_t len) {
-  direct.next = frame_event(direct_text(), len, stream, direct.chunked, &direct.left);
+void send_direct(int stream, size_t len, uint64_t out_offset, uint64_t err_offset) {
+  struct event_id id = { out_offset, err_offset };
+  direct.next = frame_event(direct_text(), len, stream, &id, direct.chunked, &direct.left);
   write_direct();
 }
 
 void ping_direct(void) {
-  if (live.mode == SEND_DIRECT && direct.left == 0) send_direct(0, 0);
+  if (live.mode != SEND_DIRECT || direct.left != 0) return;
+  direct.next = frame_event(direct_text(), 0, 0, NULL, direct.chunked, &direct.left);
+  write_direct();
 }

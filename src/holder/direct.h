@@ -39,8 +39,11 @@ void direct_close(void);
 
 /* Where json_text may write the text of the next event (DIRECT_TEXT_CAP bytes). */
 unsigned char *direct_text(void);
-/* Frames the text of length `len` at direct_text() as the next event of `stream` and writes what the socket takes. */
-void send_direct(int stream, size_t len);
+/*
+ * Frames the text of length `len` at direct_text() as the next event of `stream`, with the SSE id of the
+ * position after it (text_offset of both streams), and writes what the socket takes.
+ */
+void send_direct(int stream, size_t len, uint64_t out_offset, uint64_t err_offset);
 /* Bytes of the event under way not yet written: output waits for them. */
 size_t direct_unsent(void);
 /* The lent socket, for POLLOUT while an event is under way. */

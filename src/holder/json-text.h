@@ -37,6 +37,8 @@ struct utf8_state {
 
 /* A decoder at the start of a stream. */
 void utf8_reset(struct utf8_state *d);
+/* Bytes of a character the decoder holds, begun but not complete (0-3): not yet in any text it wrote. */
+static inline size_t utf8_pending(const struct utf8_state *d) { return d->needed ? (size_t)d->seen + 1 : 0; }
 /* Writes U+FFFD (3 bytes) at o: what a stream ending inside a character gets. */
 size_t put_replacement(unsigned char *o);
 /*

@@ -30,6 +30,9 @@ static int truncated[3];
 static int spool_broken;       /* a spool segment could not be cut back after a torn write: no more spooling */
 static int segments_fd = -1;
 static uint64_t segments_len;
+/* The offsets file, mapped: [0] stdout written, [1] stderr written, [2] stdout kept, [3] stderr kept. */
+#define OFFSETS_BYTES 32
+static uint64_t *offsets;
 
 uint64_t log_end(void) { return tier_bytes[TIER_MEMORY] + tier_bytes[TIER_SPOOL]; }
 
@@ -68,6 +71,27 @@ void open_kept_output(void) {
    * (best effort: a fs without fallocate just does not get it).
    */
   (void)fallocate(segments_fd, FALLOC_FL_KEEP_SIZE, 0, 4096);
+
+  if (snprintf(path, sizeof path, "%s/offsets", opt.dir) >= (int)sizeof path) fail("--dir is too long");
+  int ofd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (ofd < 0) fail("cannot create %s: %s", path, strerror(errno));
+  /* Its page is taken now, like the list's: a full state tmpfs must not make the mapping fault (SIGBUS). */
+  if (fallocate(ofd, 0, 0, OFFSETS_BYTES) < 0 && ftruncate(ofd, OFFSETS_BYTES) < 0) fail("cannot size %s: %s", path, strerror(errno));
+  void *omap = mmap(NULL, OFFSETS_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, ofd, 0);
+  if (omap == MAP_FAILED) fail("cannot map %s: %s", path, strerror(errno));
+  close(ofd);
+  offsets = omap;
+}
+
+void count_output(int stream, size_t n) {
+  __atomic_store_n(&offsets[stream - 1], offsets[stream - 1] + n, __ATOMIC_RELAXED);
+}
+
+uint64_t output_offset(int stream) { return offsets[stream - 1]; }
+
+static void count_kept(int stream, size_t n) {
+  kept[stream] += n;
+  __atomic_store_n(&offsets[1 + stream], kept[stream], __ATOMIC_RELAXED);
 }
 
 /* Creates segment n of a tier and lists it in `segments` before any byte goes in, so a reader never misses one. */
@@ -136,14 +160,14 @@ void keep_chunk(int stream, unsigned char *data, size_t n) {
   put_u32(frame + 1, (uint32_t)keep);
   if (tier == TIER_MEMORY) {
     if (sum_slots(TIER_MEMORY) + frame_len <= opt.memory_budget && append_frame(TIER_MEMORY, frame, frame_len) == 0) {
-      kept[stream] += keep;
+      count_kept(stream, keep);
       return;
     }
     /* Over the memory budget, or the memory tier's fs is full: this frame tries the spool, and so do all later ones. */
     tier = TIER_SPOOL;
   }
   if (!spool_broken && sum_slots(TIER_SPOOL) + frame_len <= opt.spool_budget && append_frame(TIER_SPOOL, frame, frame_len) == 0) {
-    kept[stream] += keep;
+    count_kept(stream, keep);
     return;
   }
   truncated[stream] = 1; /* dropped: the command goes on regardless */

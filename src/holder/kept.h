@@ -15,8 +15,17 @@
 /* A frame's header in front of its bytes: u8 stream | u32 LE length. */
 #define FRAME_HEADER 5
 
-/* Maps the usage table and creates the (empty) list of segments; fails the holder on error. */
+/*
+ * Maps the usage table, creates the (empty) list of segments and the offsets
+ * file (<dir>/offsets: u64 LE bytes the command wrote to stdout, to stderr,
+ * then bytes kept of each: what envd resumes a stream and serves /output
+ * from, even across its restarts); fails the holder on error.
+ */
 void open_kept_output(void);
+/* Counts n more bytes the command wrote to `stream` (kept or not). */
+void count_output(int stream, size_t n);
+/* Bytes the command has written to a stream so far. */
+uint64_t output_offset(int stream);
 /*
  * Keeps what it may of a chunk of `stream` (at `data`, with FRAME_HEADER
  * writable bytes in front of it): the per-stream cap, then the memory tier,

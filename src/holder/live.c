@@ -130,9 +130,10 @@ static void queue_hello(void) {
 
 unsigned char *text_buffer(void) { return tbuf + TEXT_HEADER; }
 
-void queue_text(int stream, size_t len) {
+void queue_text(int stream, size_t len, uint64_t offset) {
   tbuf[0] = (unsigned char)stream;
   put_u64(tbuf + 1, log_end());
+  put_u64(tbuf + 9, offset);
   queue(MSG_TEXT, tbuf, TEXT_HEADER + len, NULL, 0);
 }
 
@@ -155,9 +156,11 @@ void queue_exit(void) {
 
 /* Gives the lent socket back (envd may write to it from DIRECT_ENDED on); later output goes to envd as TEXT. */
 void queue_direct_ended(int reason) {
-  unsigned char p[9];
+  unsigned char p[25];
   put_u64(p, log_end());
   p[8] = (unsigned char)reason;
+  put_u64(p + 9, text_offset(STREAM_STDOUT));
+  put_u64(p + 17, text_offset(STREAM_STDERR));
   queue(MSG_DIRECT_ENDED, p, sizeof p, NULL, 0);
 }
 
@@ -246,8 +249,11 @@ static int handle_message(int type, const unsigned char *p, uint32_t len) {
     live.held_until = 0;
     live.mode = len == 1 && (p[0] & LIVE_FLAG_TEXT) ? SEND_TEXT : SEND_DATA;
     if (live.mode == SEND_TEXT) seed_text_decoders();
-    unsigned char s[8];
+    /* Where live output starts: in the log, and in each stream (what a TEXT client's decoders have not taken yet comes live). */
+    unsigned char s[24];
     put_u64(s, log_end());
+    for (int st = STREAM_STDOUT; st <= STREAM_STDERR; st++)
+      put_u64(s + 8 * st, live.mode == SEND_TEXT ? text_offset(st) : output_offset(st));
     queue(MSG_SYNC, s, sizeof s, NULL, 0);
     return 0;
   }

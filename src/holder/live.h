@@ -10,12 +10,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define PROTOCOL_VERSION 3
+#define PROTOCOL_VERSION 4
 #define MAX_IN_PAYLOAD 65536   /* largest payload envd may send */
 #define LIVE_HIGH (256 * 1024) /* unsent bytes above which output is no longer read (LIVE on) */
-#define DATA_HEADER 14         /* type, length, stream, logEnd */
-#define TEXT_HEADER 9          /* stream, logEnd: in front of a TEXT's text */
-#define TEXT_MAX 65536         /* largest TEXT payload after its stream and logEnd: envd reads 64 KiB at a time */
+#define DATA_HEADER 22         /* type, length, stream, logEnd, stream offset */
+#define TEXT_HEADER 17         /* stream, logEnd, text offset: in front of a TEXT's text */
+#define TEXT_MAX 65536         /* largest TEXT text after its header: envd reads 64 KiB at a time */
 #define CHUNK 65536            /* one read(2) from the command */
 
 enum { MSG_LIVE_ON = 0x01, MSG_LIVE_OFF = 0x02, MSG_STDIN = 0x03, MSG_STDIN_EOF = 0x04, MSG_RESIZE = 0x05,
@@ -79,9 +79,9 @@ void write_pending_stdin(void);
 
 /* Queues one message of two parts; a client that would overflow the ring is dropped. */
 void queue(int type, const void *a, size_t alen, const void *b, size_t blen);
-/* TEXT: its payload (stream, logEnd, text) is built in place at text_buffer(); `len` is the text's. */
+/* TEXT: its text is built in place at text_buffer(); `len` is its length, `offset` text_offset() after it (output.h). */
 unsigned char *text_buffer(void);
-void queue_text(int stream, size_t len);
+void queue_text(int stream, size_t len, uint64_t offset);
 void queue_reaped(void);
 void queue_exit(void);
 void queue_direct_ended(int reason);

@@ -20,6 +20,8 @@ static size_t tail_len[3];
 /* The read buffer keeps a frame header's room in front of the data, so a frame goes to its segment with one write. */
 static unsigned char rbuf[FRAME_HEADER + CHUNK];
 
+uint64_t text_offset(int stream) { return output_offset(stream) - utf8_pending(&text_state[stream]); }
+
 void seed_text_decoders(void) {
   for (int st = STREAM_STDOUT; st <= STREAM_STDERR; st++) utf8_seed(&text_state[st], tail[st], tail_len[st]);
 }
@@ -44,14 +46,15 @@ static void remember_tail(int stream, const unsigned char *data, size_t n) {
  */
 static void keep_and_send_text(int stream, size_t n) {
   unsigned char *data = rbuf + FRAME_HEADER;
+  uint64_t before = output_offset(stream) - n; /* the chunk is counted already */
   size_t at = 0;
   while (at < n) {
     size_t used;
     size_t len = json_text(&text_state[stream], data + at, n - at, text_buffer(), TEXT_MAX, &used);
     /* The header goes into the 5 bytes in front of the piece: bytes already escaped, or rbuf's own. */
     keep_chunk(stream, data + at, used);
-    queue_text(stream, len);
     at += used;
+    queue_text(stream, len, before + at - utf8_pending(&text_state[stream]));
   }
 }
 
@@ -60,7 +63,7 @@ static void keep_and_write_direct(int stream, size_t n) {
   size_t used;
   size_t len = json_text(&text_state[stream], rbuf + FRAME_HEADER, n, direct_text(), DIRECT_TEXT_CAP, &used);
   keep_chunk(stream, rbuf + FRAME_HEADER, used);
-  send_direct(stream, len);
+  send_direct(stream, len, text_offset(STREAM_STDOUT), text_offset(STREAM_STDERR));
 }
 
 /* How much to read: a CHUNK, or for TEXT 1/16 less (typical text, a few escapes per line, then goes out as one
@@ -77,8 +80,8 @@ static size_t read_size(void) {
 static void end_text(int stream) {
   if (live.client_fd < 0 || (live.mode != SEND_TEXT && live.mode != SEND_DIRECT) || !text_state[stream].needed) return;
   utf8_reset(&text_state[stream]);
-  if (live.mode == SEND_TEXT) queue_text(stream, put_replacement(text_buffer()));
-  else send_direct(stream, put_replacement(direct_text()));
+  if (live.mode == SEND_TEXT) queue_text(stream, put_replacement(text_buffer()), text_offset(stream));
+  else send_direct(stream, put_replacement(direct_text()), text_offset(STREAM_STDOUT), text_offset(STREAM_STDERR));
 }
 
 int read_source(struct source *s) {
@@ -97,6 +100,7 @@ int read_source(struct source *s) {
     return READ_END;
   }
   remember_tail(s->stream, rbuf + FRAME_HEADER, (size_t)n);
+  count_output(s->stream, (size_t)n);
   if (live.client_fd >= 0 && live.mode == SEND_TEXT) {
     keep_and_send_text(s->stream, (size_t)n);
   } else if (live.client_fd >= 0 && live.mode == SEND_DIRECT) {
@@ -104,9 +108,10 @@ int read_source(struct source *s) {
   } else {
     keep_chunk(s->stream, rbuf + FRAME_HEADER, (size_t)n);
     if (live.client_fd >= 0 && live.mode == SEND_DATA) {
-      unsigned char h[9];
+      unsigned char h[17];
       h[0] = (unsigned char)s->stream;
       put_u64(h + 1, log_end());
+      put_u64(h + 9, output_offset(s->stream));
       queue(MSG_DATA, h, sizeof h, rbuf + FRAME_HEADER, (size_t)n);
     }
   }

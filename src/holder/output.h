@@ -7,6 +7,8 @@
 #ifndef ENVD_OUTPUT_H
 #define ENVD_OUTPUT_H
 
+#include <stdint.h>
+
 #include "command.h"
 
 enum { READ_EMPTY = 0, READ_DATA = 1, READ_END = 2, READ_HELD = 3 };
@@ -16,5 +18,11 @@ int read_source(struct source *s);
 int output_held(void);
 /* LIVE_ON with TEXT: each stream's decoder starts from the last bytes read, so a split character stays whole. */
 void seed_text_decoders(void);
+/*
+ * The offset up to which a stream's text has gone out: the bytes the command
+ * wrote, less a character the decoder still holds. A client that resumes there
+ * decodes from a character's start, as the holder's decoder did.
+ */
+uint64_t text_offset(int stream);
 
 #endif

@@ -5,11 +5,13 @@
 // most one message's bytes beyond what the caller has not yet taken, so a
 // caller that stops calling next() stops their growth too (with its socket paused).
 
-export const PROTOCOL_VERSION = 3;
+export const PROTOCOL_VERSION = 4;
 /** The first version whose holders take LIVE_ON's flags and send TEXT. */
 export const TEXT_SINCE_VERSION = 2;
 /** The first version whose holders can be lent a stream client's socket (DIRECT_ON). */
 export const DIRECT_SINCE_VERSION = 3;
+/** The first version whose holders say where each stream's output is (SYNC, TEXT, DATA, DIRECT_ENDED) and keep an offsets file. */
+export const OFFSETS_SINCE_VERSION = 4;
 export const MAX_MESSAGE_PAYLOAD = 65536; // envd -> holder
 
 export type StreamName = 'stdout' | 'stderr';
@@ -20,19 +22,29 @@ export interface Truncation {
   stdout: boolean;
   stderr: boolean;
 }
+/** A position in both of a command's output streams, in bytes of each (what an SSE id says). */
+export interface StreamOffsets {
+  stdout: number;
+  stderr: number;
+}
 export type HolderMessage =
   | { type: 'hello'; version: number; shellPid: number; reaped: boolean; exitCode: number; signal: number; truncated: Truncation; logEnd: number }
-  | { type: 'sync'; logEnd: number }
-  | { type: 'data'; stream: StreamName; logEnd: number; bytes: Buffer }
-  /** Output decoded as UTF-8 and escaped as the inside of a JSON string (protocol 2, LIVE_ON with the text flag). */
-  | { type: 'text'; stream: StreamName; logEnd: number; json: Buffer }
+  /** `offsets` (protocol 4): where live output starts in each stream (for TEXT: what the holder's decoders have not taken). */
+  | { type: 'sync'; logEnd: number; offsets?: StreamOffsets }
+  /** `offset` (protocol 4): the bytes of the stream written up to the end of this chunk. */
+  | { type: 'data'; stream: StreamName; logEnd: number; offset?: number; bytes: Buffer }
+  /**
+   * Output decoded as UTF-8 and escaped as the inside of a JSON string (protocol 2, LIVE_ON with the text flag).
+   * `offset` (protocol 4): how far the stream's text has gone out with this piece (a character begun is not in it).
+   */
+  | { type: 'text'; stream: StreamName; logEnd: number; offset?: number; json: Buffer }
   | { type: 'ack'; id: number; status: AckStatus }
   | { type: 'reaped'; exitCode: number; signal: number }
   | { type: 'exit'; exitCode: number; signal: number; truncated: Truncation; logEnd: number }
   /** The holder has the lent socket and sent all its TEXT before this: envd writes those, then says GO. */
   | { type: 'direct-ready' }
-  /** The lent socket is envd's again; all output up to logEnd is on it. */
-  | { type: 'direct-ended'; logEnd: number; reason: DirectEndReason };
+  /** The lent socket is envd's again; all output up to logEnd is on it (`offsets`, protocol 4: each stream's text offset). */
+  | { type: 'direct-ended'; logEnd: number; reason: DirectEndReason; offsets?: StreamOffsets };
 
 const HEADER = 5;
 
@@ -64,7 +76,7 @@ const LIVE_FLAG_TEXT = 0x01;
  * anything longer means the bytes are not a holder's, and the decoder says so
  * instead of buffering without bound.
  */
-const MAX_HOLDER_PAYLOAD = 9 + 65536;
+const MAX_HOLDER_PAYLOAD = 17 + 65536;
 
 /** A frame holds at most one read of the command's output. */
 const MAX_FRAME = 65536;
@@ -239,7 +251,13 @@ function truncation(payload: Buffer, offset: number): Truncation {
   return { stdout: payload[offset] !== 0, stderr: payload[offset + 1] !== 0 };
 }
 
-function decodeMessage(type: number, payload: Buffer): HolderMessage {
+function offsetsAt(payload: Buffer, at: number): StreamOffsets {
+  return { stdout: readU64(payload, at), stderr: readU64(payload, at + 8) };
+}
+
+/** One message; `version` is the holder's (from its HELLO): protocol 4 added stream offsets to SYNC, DATA, TEXT and DIRECT_ENDED. */
+function decodeMessage(type: number, payload: Buffer, version: number): HolderMessage {
+  const offsets = version >= OFFSETS_SINCE_VERSION;
   switch (type) {
     case HELLO:
       expectLength('HELLO', payload, 25);
@@ -254,14 +272,20 @@ function decodeMessage(type: number, payload: Buffer): HolderMessage {
         logEnd: readU64(payload, 17),
       };
     case SYNC:
-      expectLength('SYNC', payload, 8);
-      return { type: 'sync', logEnd: readU64(payload, 0) };
-    case DATA:
-      if (payload.length < 9) throw new Error(`holder message DATA: payload of ${payload.length} bytes is shorter than its header`);
-      return { type: 'data', stream: streamName(payload[0]!, 'holder message DATA'), logEnd: readU64(payload, 1), bytes: payload.subarray(9) };
-    case TEXT:
-      if (payload.length < 9) throw new Error(`holder message TEXT: payload of ${payload.length} bytes is shorter than its header`);
-      return { type: 'text', stream: streamName(payload[0]!, 'holder message TEXT'), logEnd: readU64(payload, 1), json: payload.subarray(9) };
+      expectLength('SYNC', payload, offsets ? 24 : 8);
+      return offsets ? { type: 'sync', logEnd: readU64(payload, 0), offsets: offsetsAt(payload, 8) } : { type: 'sync', logEnd: readU64(payload, 0) };
+    case DATA: {
+      const header = offsets ? 17 : 9;
+      if (payload.length < header) throw new Error(`holder message DATA: payload of ${payload.length} bytes is shorter than its header`);
+      const stream = streamName(payload[0]!, 'holder message DATA');
+      return { type: 'data', stream, logEnd: readU64(payload, 1), ...(offsets ? { offset: readU64(payload, 9) } : {}), bytes: payload.subarray(header) };
+    }
+    case TEXT: {
+      const header = offsets ? 17 : 9;
+      if (payload.length < header) throw new Error(`holder message TEXT: payload of ${payload.length} bytes is shorter than its header`);
+      const stream = streamName(payload[0]!, 'holder message TEXT');
+      return { type: 'text', stream, logEnd: readU64(payload, 1), ...(offsets ? { offset: readU64(payload, 9) } : {}), json: payload.subarray(header) };
+    }
     case ACK: {
       expectLength('ACK', payload, 5);
       const status = payload[4]!;
@@ -278,10 +302,10 @@ function decodeMessage(type: number, payload: Buffer): HolderMessage {
       expectLength('DIRECT_READY', payload, 0);
       return { type: 'direct-ready' };
     case DIRECT_ENDED: {
-      expectLength('DIRECT_ENDED', payload, 9);
+      expectLength('DIRECT_ENDED', payload, offsets ? 25 : 9);
       const reason = DIRECT_END_REASONS[payload[8]!];
       if (reason === undefined) throw new Error(`holder message DIRECT_ENDED: unknown reason ${payload[8]}`);
-      return { type: 'direct-ended', logEnd: readU64(payload, 0), reason };
+      return { type: 'direct-ended', logEnd: readU64(payload, 0), reason, ...(offsets ? { offsets: offsetsAt(payload, 9) } : {}) };
     }
     default:
       throw new Error(`holder message: unknown type 0x${type.toString(16)}`);
@@ -291,6 +315,8 @@ function decodeMessage(type: number, payload: Buffer): HolderMessage {
 /** Incremental decoder: push() socket chunks, next() returns one whole message or undefined (so the caller can stop between messages). */
 export class MessageDecoder {
   private readonly queue = new ChunkQueue();
+  /** The holder's protocol version, which shapes its messages after HELLO: set from the HELLO (HELLO itself never changed). */
+  version = 1;
 
   push(chunk: Buffer): void {
     this.queue.push(chunk);
@@ -305,7 +331,7 @@ export class MessageDecoder {
     if (length > MAX_HOLDER_PAYLOAD) throw new Error(`holder message: payload of ${length} bytes is over ${MAX_HOLDER_PAYLOAD}`);
     if (this.queue.length < HEADER + length) return undefined;
     this.queue.take(HEADER);
-    return decodeMessage(type, this.queue.take(length));
+    return decodeMessage(type, this.queue.take(length), this.version);
   }
 
   get buffered(): number {

@@ -27,7 +27,8 @@ afterEach(async () => {
 
 const start = async (budgets: { outputMemoryBytes: number; maxSpoolBytes: number; maxOutputBytes?: number }, spoolDir?: string) => {
   dirs = makeEnvdDirs();
-  server = await startServer({ defaultUser: user.user.name, stateDir: dirs.stateDir, spoolDir: spoolDir ?? dirs.spoolDir, ...budgets });
+  // Freed once waited (--keep-finished 0): each test measures the budgets from empty.
+  server = await startServer({ defaultUser: user.user.name, stateDir: dirs.stateDir, spoolDir: spoolDir ?? dirs.spoolDir, keepFinishedMs: 0, ...budgets });
   return server;
 };
 /** `bytes` of a repeating, recognisable pattern, on stdout. */

@@ -18,12 +18,12 @@ beforeAll(async () => {
 afterAll(() => fixture?.remove());
 
 describe('ProcessRegistry', () => {
-  it('keeps at most the configured number of finished unwaited background commands, forgetting the oldest', async () => {
+  it('keeps at most the configured number of finished commands, freeing those that ended first', async () => {
     const lines: string[] = [];
     const sink = new Writable({ write: (chunk, _encoding, done) => (lines.push(String(chunk)), done()) });
     const dirs = makeEnvdDirs();
     const config = testConfig({ stateDir: dirs.stateDir, spoolDir: dirs.spoolDir });
-    const registry = await ProcessRegistry.open(config, createLogger('info', sink), { maxFinishedBackground: 3 });
+    const registry = await ProcessRegistry.open(config, createLogger('info', sink), { maxFinishedKept: 3 });
     try {
       const state = new SandboxState(config, fixture.user.name);
       const running = await registry.start(await prepareCommand({ cmd: 'sleep 1000' }, state), { background: true, timeoutMs: 0 });

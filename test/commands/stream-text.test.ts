@@ -72,7 +72,8 @@ describe('output decoded and escaped by the holder (live) and by envd (replay)',
     // event's data line byte for byte what JSON.stringify writes.
     const text = new TextDecoder('utf-8', { fatal: true }).decode(await (await fixture.server.call('POST', '/commands/stream', { cmd })).arrayBuffer());
     const live = text.split('\n\n').filter(Boolean).map((block) => {
-      const [eventLine, dataLine] = block.split('\n') as [string, string];
+      const lines = block.split('\n');
+      const [eventLine, dataLine] = [lines[0]!, lines.at(-1)!];
       const data = JSON.parse(dataLine.slice('data: '.length));
       expect(dataLine).toBe(`data: ${JSON.stringify(data)}`);
       return { event: eventLine.slice('event: '.length), data };
@@ -103,7 +104,8 @@ describe('output decoded and escaped by the holder (live) and by envd (replay)',
     const text = new TextDecoder('utf-8', { fatal: true }).decode(await (await fixture.server.call('POST', '/commands/stream', { cmd })).arrayBuffer());
     let stdout = '';
     for (const block of text.split('\n\n').filter(Boolean)) {
-      const [eventLine, dataLine] = block.split('\n') as [string, string];
+      const lines = block.split('\n');
+      const [eventLine, dataLine] = [lines[0]!, lines.at(-1)!];
       if (eventLine !== 'event: stdout') continue;
       const data = JSON.parse(dataLine.slice('data: '.length));
       expect(dataLine).toBe(`data: ${JSON.stringify(data)}`);

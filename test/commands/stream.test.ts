@@ -40,20 +40,26 @@ describe('POST /commands/stream', () => {
       { event: 'stdout', data: { stream: 'stdout', data: 'thrée' } },
       { event: 'exit', data: { exit_code: 4 } },
     ]);
-    expect(fixture.server.app.envd.processes.get(events[0]!.data.pid)).toBeUndefined();
+    // Its stream is over: collected, so listed only when finished ones are asked for.
+    await waitFor(() => fixture.server.app.envd.processes.get(events[0]!.data.pid)?.collected === true, 5_000, 'the command to be collected');
   });
 
-  it('writes each event as one event: line and one JSON data: line', async () => {
+  it('writes each event as one event: line, an id: line for output, and one JSON data: line', async () => {
     const response = await fixture.server.call('POST', '/commands/stream', { cmd: 'printf "a\\nb\\r\\nc"' });
     const text = await response.text();
     let stdout = '';
+    let lastId = '';
     for (const block of text.split('\n\n').filter(Boolean)) {
       const lines = block.split('\n');
-      expect(lines).toHaveLength(2);
       expect(lines[0]).toMatch(/^event: ?(start|stdout|exit)$/);
-      const data = JSON.parse(lines[1]!.replace(/^data: ?/, ''));
-      if (lines[0]!.endsWith('stdout')) stdout += data.data;
+      const output = lines[0]!.endsWith('stdout');
+      expect(lines).toHaveLength(output ? 3 : 2);
+      if (output) lastId = /^id: (\d+-\d+)$/.exec(lines[1]!)![1]!;
+      const data = JSON.parse(lines.at(-1)!.replace(/^data: ?/, ''));
+      if (output) stdout += data.data;
     }
+    // The last output event's id: every byte of stdout (6) and of stderr (none) gone out.
+    expect(lastId).toBe('6-0');
     // bash's printf writes line by line (three writes): how many stdout events
     // carry them depends on when envd reads, what they carry together does not.
     expect(stdout).toBe('a\nb\r\nc');
@@ -100,7 +106,7 @@ describe('POST /commands/stream', () => {
     await waitFor(() => findProcesses(marker).length === 1, 10_000, 'the command to start');
     abort.abort();
     await waitFor(() => findProcesses(marker).length === 0, 5_000, 'the command to be killed');
-    await waitFor(() => fixture.server.app.envd.processes.size === 0, 5_000, 'the command to be forgotten');
+    await waitFor(() => fixture.server.app.envd.processes.list().every((proc) => !proc.running && proc.collected), 5_000, 'the command to be collected');
   });
 });
 

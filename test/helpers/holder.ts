@@ -202,7 +202,11 @@ export async function connectHolder(path: string): Promise<HolderClient> {
   socket.on('error', () => {}); // a reset shows as 'close'
   socket.on('data', (chunk: Buffer) => {
     decoder.push(chunk);
-    for (let message = decoder.next(); message; message = decoder.next()) ready.push(message);
+    for (let message = decoder.next(); message; message = decoder.next()) {
+      // What follows HELLO is in the holder's protocol version.
+      if (message.type === 'hello') decoder.version = message.version;
+      ready.push(message);
+    }
     wake?.();
   });
   cleanups.push(() => {

@@ -188,14 +188,17 @@ export async function checkTerminal(client: EnvdClient, cmd: string, { expected 
  */
 export async function checkAttachAndWait(client: EnvdClient, cmd: string, { expected, kept }: PathCheck, { second = false } = {}): Promise<void> {
   const pid = await started(client, { cmd: `read -r _; ${cmd}`, stdin: true });
-  const first = readEvents(await client.call('GET', `/commands/${pid}/stream`));
+  const first = readEvents(await client.call('GET', `/commands/${pid}/stream`), { ids: true });
   expect((await first.next()).value).toEqual({ event: 'start', data: { pid } });
   await client.json('POST', `/commands/${pid}/stdin`, { data: '\n' });
   let live = '';
+  /** Where each event left the live text, for resuming after it. */
+  const marks: { id: string; at: number }[] = [];
   let joined: Promise<{ text: string }> | undefined;
   for await (const event of first) {
     if (event.event === 'stdout') {
       live += event.data.data;
+      marks.push({ id: event.id!, at: live.length });
       if (second && !joined) joined = client.call('GET', `/commands/${pid}/stream`).then((response) => streamText(response));
     }
     if (event.event === 'exit') break;
@@ -204,6 +207,21 @@ export async function checkAttachAndWait(client: EnvdClient, cmd: string, { expe
   if (joined) expectSameText((await joined).text, expected, 'second attacher');
   const replayed = await streamText(await client.call('GET', `/commands/${pid}/stream`));
   expectSameText(replayed.text, kept, 'attach (replayed)');
+  // Resumed after the first, a middle and the last event: exactly the rest, or, where the cap cut what was kept,
+  // the rest of what was kept and then one truncated event.
+  for (const mark of [marks[0], marks[Math.floor(marks.length / 2)], marks.at(-1)]) {
+    if (!mark) continue;
+    const resumed = await streamText(await client.call('GET', `/commands/${pid}/stream`, undefined, { headers: { 'last-event-id': mark.id } }));
+    const gaps = resumed.events.filter((e) => e.event === 'truncated');
+    if (kept === expected) {
+      expect(gaps, `resumed after ${mark.id}`).toEqual([]);
+      expectSameText(resumed.text, expected.slice(mark.at), `resumed after ${mark.id}`);
+    } else {
+      // After the last event nothing is missing; after any other, what the cap cut is.
+      expect(gaps.length, `resumed after ${mark.id}: the gap`).toBe(mark === marks.at(-1) ? 0 : 1);
+      expectSameText(resumed.text, mark.at <= kept.length ? kept.slice(mark.at) : '', `resumed after ${mark.id}`);
+    }
+  }
   expectSameText((await waitResult(client, pid)).stdout, kept, 'wait');
 }
 

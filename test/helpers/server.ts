@@ -4,7 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Writable } from 'node:stream';
 import { buildApp, type App, type AppDeps } from '../../src/app.js';
-import { DEFAULT_MAX_OUTPUT_BYTES, DEFAULT_MAX_SPOOL_BYTES, DEFAULT_OUTPUT_MEMORY_BYTES, type Config } from '../../src/config.js';
+import { DEFAULT_KEEP_FINISHED_SECONDS, DEFAULT_MAX_OUTPUT_BYTES, DEFAULT_MAX_SPOOL_BYTES, DEFAULT_OUTPUT_MEMORY_BYTES, type Config } from '../../src/config.js';
 import { generatedOpenApi } from '../../src/lifecycle/openapi.js';
 import { createLogger } from '../../src/logger.js';
 
@@ -40,6 +40,7 @@ export function testConfig(overrides: Partial<Config> = {}): Config {
     stateDir: '/dev/null/state',
     spoolDir: '/dev/null/spool',
     directOutput: true,
+    keepFinishedMs: DEFAULT_KEEP_FINISHED_SECONDS * 1000,
     logLevel: 'info',
     ...overrides,
   };

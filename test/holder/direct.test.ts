@@ -47,7 +47,8 @@ function dechunk(body: Buffer): string[] {
   return chunks;
 }
 
-const event = (stream: 'stdout' | 'stderr', text: string) => `event: ${stream}\ndata: ${JSON.stringify({ stream, data: text })}\n\n`;
+/** An output event as envd frames it: with the id of the position after it, `<stdout bytes>-<stderr bytes>`. */
+const event = (stream: 'stdout' | 'stderr', text: string, id: string) => `event: ${stream}\nid: ${id}\ndata: ${JSON.stringify({ stream, data: text })}\n\n`;
 
 async function liveTextClient(connectToHolder: () => Promise<HolderClient>): Promise<HolderClient> {
   const client = await connectToHolder();
@@ -86,13 +87,13 @@ describe('envd-holder direct output', () => {
     client.send(encodeDirectGo());
     client.send(encodeStdin(1, Buffer.from('\n')));
     expect(await client.next()).toEqual({ type: 'ack', id: 1, status: 0 });
-    const wanted = [event('stdout', 'one\n"two"\t\n'), event('stderr', 'érr')];
+    const wanted = [event('stdout', 'one\n"two"\t\n', '11-0'), event('stderr', 'érr', '11-4')];
     await waitFor(() => pair.received().length >= Buffer.byteLength(wanted.join('')) + 2 * 6, 5_000, 'both events on the socket');
     expect(dechunk(pair.received())).toEqual(wanted);
 
     client.send(encodeDirectOff());
     const kept = parseLog(readLog(holder.dir));
-    expect(await client.next()).toEqual({ type: 'direct-ended', logEnd: readLog(holder.dir).length, reason: 'off' });
+    expect(await client.next()).toEqual({ type: 'direct-ended', logEnd: readLog(holder.dir).length, reason: 'off', offsets: { stdout: 11, stderr: 4 } });
     expect(kept.stdout.toString() + kept.stderr.toString()).toBe('one\n"two"\t\nérr');
     // The socket is envd's again: later output comes as TEXT, and nothing more reaches the socket.
     const before = pair.received().length;
@@ -111,7 +112,7 @@ describe('envd-holder direct output', () => {
     const pair = await socketPair();
     const sockets = socketCount(holder.holderPid);
     client.send(encodeDirectOn(process.pid, pair.fd, pair.inode, true));
-    expect(await client.next()).toEqual({ type: 'direct-ended', logEnd: 0, reason: 'refused' });
+    expect(await client.next()).toEqual({ type: 'direct-ended', logEnd: 0, reason: 'refused', offsets: { stdout: 0, stderr: 0 } });
     expect(socketCount(holder.holderPid)).toBe(sockets);
     await expectTextAfter(client);
   });
@@ -123,9 +124,9 @@ describe('envd-holder direct output', () => {
     const other = await socketPair();
     const sockets = socketCount(holder.holderPid);
     client.send(encodeDirectOn(process.pid, 100_000, pair.inode, true));
-    expect(await client.next()).toEqual({ type: 'direct-ended', logEnd: 0, reason: 'failed' });
+    expect(await client.next()).toEqual({ type: 'direct-ended', logEnd: 0, reason: 'failed', offsets: { stdout: 0, stderr: 0 } });
     client.send(encodeDirectOn(process.pid, other.fd, pair.inode, true));
-    expect(await client.next()).toEqual({ type: 'direct-ended', logEnd: 0, reason: 'failed' });
+    expect(await client.next()).toEqual({ type: 'direct-ended', logEnd: 0, reason: 'failed', offsets: { stdout: 0, stderr: 0 } });
     expect(socketCount(holder.holderPid)).toBe(sockets);
     await expectTextAfter(client);
     expect(other.received().length + pair.received().length).toBe(0);
@@ -150,11 +151,11 @@ describe('envd-holder direct output', () => {
     pair.reader.resume();
     const messages = await client.until('exit', 20_000);
     expect(messages.map((m) => m.type)).toEqual(['reaped', 'direct-ended', 'exit']);
-    expect(messages[1]).toEqual({ type: 'direct-ended', logEnd: readLog(holder.dir).length, reason: 'off' });
+    expect(messages[1]).toEqual({ type: 'direct-ended', logEnd: readLog(holder.dir).length, reason: 'off', offsets: { stdout: total, stderr: 0 } });
     // All of it was written before DIRECT_ENDED; this process may not have read the last of it yet.
     const text = () => {
       try {
-        return dechunk(pair.received()).map((e) => JSON.parse(/^event: stdout\ndata: (.*)\n\n$/s.exec(e)![1]!).data as string).join('');
+        return dechunk(pair.received()).map((e) => JSON.parse(/^event: stdout\nid: \d+-0\ndata: (.*)\n\n$/s.exec(e)![1]!).data as string).join('');
       } catch {
         return undefined; // the last chunk is still on its way
       }

@@ -53,7 +53,7 @@ describe('envd-holder live channel', () => {
     const client = await holder.connect();
     expect(await hello(client)).toEqual({
       type: 'hello',
-      version: 3,
+      version: 4,
       shellPid: holder.shellPid,
       reaped: false,
       exitCode: -1,
@@ -62,15 +62,20 @@ describe('envd-holder live channel', () => {
       logEnd: 12,
     });
     client.send(encodeLiveOn());
-    expect(await client.next()).toEqual({ type: 'sync', logEnd: 12 });
+    // Where live output starts in each stream: after the 7 bytes of "before\n".
+    expect(await client.next()).toEqual({ type: 'sync', logEnd: 12, offsets: { stdout: 7, stderr: 0 } });
     client.send(encodeStdin(1, Buffer.from('\n')));
     const messages = await client.until('exit');
     const data = messages.filter((m): m is Extract<HolderMessage, { type: 'data' }> => m.type === 'data');
     // Each DATA continues the log right after the previous position: logEnd grows by its frame.
     let end = 12;
+    const written = { stdout: 7, stderr: 0 };
     for (const message of data) {
       expect(message.logEnd).toBe(end + 5 + message.bytes.length);
       end = message.logEnd;
+      // ... and its stream's offset by its bytes.
+      written[message.stream] += message.bytes.length;
+      expect(message.offset).toBe(written[message.stream]);
     }
     // (Chunks are whatever each read got: compare per stream.)
     const text = (stream: string) => Buffer.concat(data.filter((m) => m.stream === stream).map((m) => m.bytes)).toString();
@@ -206,7 +211,7 @@ describe('envd-holder live channel', () => {
     const second = await holder.connect();
     expect(await hello(second)).toEqual({
       type: 'hello',
-      version: 3,
+      version: 4,
       shellPid: holder.shellPid,
       reaped: true,
       exitCode: 4,

@@ -40,7 +40,7 @@ const u32 = (n: number) => {
   return [...b];
 };
 
-// One of each holder message, as the holder lays them out.
+// One of each holder message, as a holder of protocol 3 lays them out (HELLO first: it sets the version).
 const wire: [Buffer, HolderMessage][] = [
   [
     message(0x80, [3, 0, ...u32(4242), 1, ...i32(-1), ...i32(9), 1, 0, ...u64(2 ** 40 + 3)]),
@@ -58,9 +58,21 @@ const wire: [Buffer, HolderMessage][] = [
   [message(0x88, [...u64(79), 2]), { type: 'direct-ended', logEnd: 79, reason: 'failed' }],
 ];
 
+// Protocol 4: where each stream's output is, in SYNC, DATA, TEXT and DIRECT_ENDED.
+const wire4: [Buffer, HolderMessage][] = [
+  [
+    message(0x80, [4, 0, ...u32(7), 0, ...i32(-1), ...i32(0), 0, 0, ...u64(3)]),
+    { type: 'hello', version: 4, shellPid: 7, reaped: false, exitCode: -1, signal: 0, truncated: { stdout: false, stderr: false }, logEnd: 3 },
+  ],
+  [message(0x81, [...u64(12), ...u64(2 ** 33), ...u64(5)]), { type: 'sync', logEnd: 12, offsets: { stdout: 2 ** 33, stderr: 5 } }],
+  [message(0x82, [2, ...u64(99), ...u64(8), 0x68, 0x69]), { type: 'data', stream: 'stderr', logEnd: 99, offset: 8, bytes: Buffer.from('hi') }],
+  [message(0x86, [1, ...u64(100), ...u64(41), 0x5c, 0x6e]), { type: 'text', stream: 'stdout', logEnd: 100, offset: 41, json: Buffer.from('\\n') }],
+  [message(0x88, [...u64(77), 1, ...u64(6), ...u64(9)]), { type: 'direct-ended', logEnd: 77, reason: 'refused', offsets: { stdout: 6, stderr: 9 } }],
+];
+
 describe('holder protocol', () => {
   it('encodes envd\'s messages as type, u32 LE length, payload', () => {
-    expect(PROTOCOL_VERSION).toBe(3);
+    expect(PROTOCOL_VERSION).toBe(4);
     expect([...encodeLiveOn()]).toEqual([1, 0, 0, 0, 0]);
     expect([...encodeLiveOn(true)]).toEqual([1, 1, 0, 0, 0, 1]);
     expect([...encodeLiveOff()]).toEqual([2, 0, 0, 0, 0]);
@@ -83,18 +95,23 @@ describe('holder protocol', () => {
     expect(() => encodeDirectOn(1, 3, 2 ** 64, true)).toThrow(RangeError);
   });
 
-  it('decodes every holder message, whole or split at any byte', () => {
-    const all = Buffer.concat(wire.map(([bytes]) => bytes));
-    const expected = wire.map(([, decoded]) => decoded);
-    for (const size of [1, 2, 3, 7, 64, all.length]) {
-      const decoder = new MessageDecoder();
-      const got: HolderMessage[] = [];
-      for (let offset = 0; offset < all.length; offset += size) {
-        decoder.push(all.subarray(offset, offset + size));
-        for (let next = decoder.next(); next; next = decoder.next()) got.push(next);
+  it('decodes every holder message of protocols 3 and 4, whole or split at any byte', () => {
+    for (const messages of [wire, wire4]) {
+      const all = Buffer.concat(messages.map(([bytes]) => bytes));
+      const expected = messages.map(([, decoded]) => decoded);
+      for (const size of [1, 2, 3, 7, 64, all.length]) {
+        const decoder = new MessageDecoder();
+        const got: HolderMessage[] = [];
+        for (let offset = 0; offset < all.length; offset += size) {
+          decoder.push(all.subarray(offset, offset + size));
+          for (let next = decoder.next(); next; next = decoder.next()) {
+            if (next.type === 'hello') decoder.version = next.version;
+            got.push(next);
+          }
+        }
+        expect(got, `chunks of ${size}`).toEqual(expected);
+        expect(decoder.buffered).toBe(0);
       }
-      expect(got, `chunks of ${size}`).toEqual(expected);
-      expect(decoder.buffered).toBe(0);
     }
   });
 

@@ -89,7 +89,10 @@ describe('envd-holder start', () => {
     expect(status).toEqual({ exitCode: 6, signal: 0, truncated: { stdout: false, stderr: false }, logEnd: readLog(holder.dir).length });
     expect(log.stdout.toString()).toBe('bye\n');
     expect(existsSync(join(holder.dir, 'sock'))).toBe(false);
-    expect(readdirSync(holder.dir).sort()).toEqual(['log.0', 'pid', 'segments', 'status']);
+    expect(readdirSync(holder.dir).sort()).toEqual(['log.0', 'offsets', 'pid', 'segments', 'status']);
+    // The offsets file: bytes written to stdout and stderr, then bytes kept of each (u64 LE).
+    const offsets = readFileSync(join(holder.dir, 'offsets'));
+    expect([0, 1, 2, 3].map((i) => Number(offsets.readBigUInt64LE(i * 8)))).toEqual([4, 0, 4, 0]);
   });
 
   it('answers "error <message>" and exits 1 when it cannot start', async () => {

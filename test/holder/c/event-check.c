@@ -1,9 +1,10 @@
 /*
  * event-check: frames events of every text length from 0 to 70,000 (past the
  * 4- and 5-hex-digit chunk sizes) with frame_event (src/holder/event.c), chunked
- * and not, and checks each against the bytes envd writes: the prefix, the
- * text, the suffix, and for chunked responses a lower-case hex size line that
- * is exactly the event's length. Prints what failed and exits 1, or exits 0.
+ * and not, with ids from 0 to the largest u64, and checks each against the
+ * bytes envd writes: the event and id lines, the text, the suffix, and for
+ * chunked responses a lower-case hex size line that is exactly the event's
+ * length. Prints what failed and exits 1, or exits 0.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,7 +21,9 @@ static int check(size_t len, int stream, int chunked) {
   unsigned char *text = buf + EVENT_HEAD;
   memset(text, 'a' + (int)(len % 26), len);
   size_t framed_len;
-  unsigned char *framed = frame_event(text, len, stream, chunked, &framed_len);
+  /* Ids as long as they get (u64 max) and as short, so the head room is checked at both ends. */
+  struct event_id id = { len % 2 ? 18446744073709551615ULL : 0, len % 3 ? len : 18446744073709551615ULL };
+  unsigned char *framed = frame_event(text, len, stream, &id, chunked, &framed_len);
   if (framed < buf || framed + framed_len > buf + sizeof buf) {
     printf("len %zu stream %d chunked %d: framed outside its buffer\n", len, stream, chunked);
     return 1;
@@ -29,7 +32,8 @@ static int check(size_t len, int stream, int chunked) {
   if (stream == 0) e = (size_t)sprintf(expected, ":\n\n");
   else {
     const char *name = stream == 1 ? "stdout" : "stderr";
-    e = (size_t)sprintf(expected, "event: %s\ndata: {\"stream\":\"%s\",\"data\":\"", name, name);
+    e = (size_t)sprintf(expected, "event: %s\nid: %llu-%llu\ndata: {\"stream\":\"%s\",\"data\":\"", name, (unsigned long long)id.out,
+                        (unsigned long long)id.err, name);
     memset(expected + e, 'a' + (int)(len % 26), len);
     e += len;
     e += (size_t)sprintf(expected + e, "\"}\n\n");
