@@ -6,6 +6,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createClient, run, waitForHealth, type EnvdClient } from './client.js';
 import { IMAGE_FILE } from './paths.js';
 import { createOverlay, resumeIncoming, startQemu, type QemuGuest } from './qemu.js';
+import { readEvents } from '../helpers/sse.js';
 import { registerScenario } from './scenario.js';
 
 // Under TCG on two shared cores a Debian boot takes about a minute.
@@ -55,6 +56,8 @@ describe('envd in a qemu VM booted from the ext4 image', () => {
 
   describe('snapshot and restore', () => {
     let pid = 0;
+    /** A command followed before the snapshot, and the id of the last event its client got then. */
+    let followed = { pid: 0, lastId: '', text: '' };
     const secondToken = randomBytes(24).toString('hex');
 
     it('saves the running VM with memory and resumes it in a new qemu', async () => {
@@ -62,6 +65,19 @@ describe('envd in a qemu VM booted from the ext4 image', () => {
       const started = await client.json('POST', '/commands', { cmd: 'sleep 20; echo survived the restore', background: true });
       // Snapshot and restore go ahead even if the command could not start, so that they are measured.
       if (started.status === 200) pid = started.body.pid;
+      // A client follows a command's output up to the snapshot, then loses its connection with the old VM.
+      const printing = await client.json('POST', '/commands', { cmd: 'echo one; echo two; sleep 12; echo "after the restore"', background: true });
+      if (printing.status === 200) {
+        const abort = new AbortController();
+        const events = readEvents(await client.call('GET', `/commands/${printing.body.pid}/stream`, undefined, { signal: abort.signal }), { ids: true });
+        followed = { pid: printing.body.pid, lastId: '', text: '' };
+        for await (const event of events) {
+          if (event.event !== 'stdout') continue;
+          followed = { ...followed, lastId: event.id!, text: followed.text + event.data.data };
+          if (followed.text === 'one\ntwo\n') break;
+        }
+        abort.abort();
+      }
 
       const stateFile = join(dir, 'vm.state');
       let t = Date.now();
@@ -89,6 +105,14 @@ describe('envd in a qemu VM booted from the ext4 image', () => {
       expect((await client.json('GET', '/envs')).body).toEqual({ FORK: 'second' });
       expect((await run(client, 'echo "$FORK $GREETING"')).stdout).toBe('second \n');
       expect(Math.abs(await guestClockSkew(client))).toBeLessThan(5);
+    });
+
+    it('resumes the output of a command followed before the snapshot from the last event id: exactly the rest', async () => {
+      expect(followed.lastId, 'the snapshot step did not follow a command').toBe('8-0');
+      const resumed = readEvents(await client.call('GET', `/commands/${followed.pid}/stream`, undefined, { headers: { 'last-event-id': followed.lastId } }), { ids: true });
+      let rest = '';
+      for await (const event of resumed) if (event.event === 'stdout') rest += event.data.data;
+      expect(rest).toBe('after the restore\n');
     });
 
     it('still tracks the background command started before the snapshot, and waits for it', async () => {
