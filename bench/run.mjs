@@ -16,6 +16,7 @@ import { run as keystroke } from './keystroke.mjs';
 import { run as memory } from './memory.mjs';
 import { run as outputStorm } from './output-storm.mjs';
 import { run as readopt } from './readopt.mjs';
+import { run as recovery } from './recovery.mjs';
 import { run as resume } from './resume.mjs';
 import { run as startup } from './startup.mjs';
 import { run as streamThroughput } from './stream-throughput.mjs';
@@ -42,6 +43,7 @@ const sharedEnvd = [
 const last = [
   ['memory under use', memory],
   ['output storms', outputStorm],
+  ['recovery after load', recovery],
   ['re-adoption', readopt],
   ['recursive watch of 10,000 files', watchTree],
 ];

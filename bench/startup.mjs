@@ -5,11 +5,13 @@
 import { execFileSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { atMost, makeRow, missingRow, printRow, runIfMain } from './lib/figure.mjs';
-import { ENVD_JS, ENVD_SEA, rssBytes, startEnvd, startServer } from './lib/envd-process.mjs';
+import { anonBytes, ENVD_JS, ENVD_SEA, rssBytes, startEnvd, startServer } from './lib/envd-process.mjs';
 import { median } from './lib/stats.mjs';
 
-const START_GOAL = atMost(150, 'ms');
-const RSS_GOAL = atMost(60, 'MiB');
+// Issue 29: ratios to bare Node in the same run, and the Bun-based peer's published idle (44.4 MiB).
+const START_GOAL = atMost(2.0);
+const RSS_GOAL = { text: '≤ bare Node + 4 MiB and ≤ 44 MiB', check: (row) => row.envd <= row.baseline + 4 && row.envd <= 44 };
+const ANON_GOAL = atMost(12, 'MiB');
 const MIB = 1024 * 1024;
 const EMPTY_SERVER = "require('http').createServer((q, s) => s.end('ok')).listen(+process.env.PORT, '127.0.0.1')";
 const SETTLE_MS = 1_000;
@@ -38,6 +40,7 @@ async function measure(start, samples, readRss) {
     if (readRss) {
       await new Promise((r) => setTimeout(r, SETTLE_MS));
       samples.rss.push(rssBytes(server.pid));
+      samples.anon.push(anonBytes(server.pid));
     }
   } finally {
     await server.stop();
@@ -48,16 +51,16 @@ export async function run({ quick = false } = {}) {
   const rounds = quick ? 5 : 20;
   const hasSea = existsSync(ENVD_SEA);
   const sides = {
-    bundle: { ms: [], rss: [], start: () => startEnvd() },
-    sea: hasSea ? { ms: [], rss: [], start: () => startEnvd({ executable: true }) } : undefined,
-    baseline: { ms: [], rss: [], start: () => startServer({ args: ['-e', EMPTY_SERVER], usePortFlag: false }) },
+    bundle: { ms: [], rss: [], anon: [], start: () => startEnvd() },
+    sea: hasSea ? { ms: [], rss: [], anon: [], start: () => startEnvd({ executable: true }) } : undefined,
+    baseline: { ms: [], rss: [], anon: [], start: () => startServer({ args: ['-e', EMPTY_SERVER], usePortFlag: false }) },
   };
   dropFromPageCache([ENVD_SEA, ENVD_JS, process.execPath]);
   // One warm-up start of each (disk cache), then the sides in turn.
   for (let round = -1; round < rounds; round++) {
     for (const side of Object.values(sides)) {
       if (!side) continue;
-      const samples = round < 0 ? { ms: [], rss: [] } : side;
+      const samples = round < 0 ? { ms: [], rss: [], anon: [] } : side;
       await measure(side.start, samples, round >= rounds - RSS_ROUNDS);
     }
   }
@@ -73,6 +76,10 @@ export async function run({ quick = false } = {}) {
     hasSea
       ? makeRow({ name: 'idle RSS (dist/envd)', unit: 'MiB', envd: median(sides.sea.rss) / MIB, baseline: median(base.rss) / MIB, goal: RSS_GOAL, note: rssNote })
       : missingRow({ name: 'idle RSS (dist/envd)', unit: 'MiB', goal: RSS_GOAL, baseline: median(base.rss) / MIB, note: 'dist/envd missing: no single executable built' }),
+    makeRow({ name: 'idle anonymous memory (node dist/envd.js)', unit: 'MiB', envd: median(sides.bundle.anon) / MIB, baseline: median(base.anon) / MIB, goal: ANON_GOAL, note: 'RssAnon: the part no page cache shares' }),
+    ...(hasSea
+      ? [makeRow({ name: 'idle anonymous memory (dist/envd)', unit: 'MiB', envd: median(sides.sea.anon) / MIB, baseline: median(base.anon) / MIB, goal: ANON_GOAL, note: 'RssAnon: the part no page cache shares' })]
+      : []),
   ];
   rows.forEach(printRow);
   return rows;

@@ -3,6 +3,7 @@ import { ConfigError, HELP, parseCli } from './config.js';
 import { buildApp } from './app.js';
 import { prebuiltOpenApi } from './lifecycle/openapi-source.js';
 import { createLogger } from './logger.js';
+import { startMemoryReclaim } from './memory-reclaim.js';
 import { runShell } from './shell/client.js';
 import { parseShellArgs, SHELL_HELP, ShellUsageError } from './shell/options.js';
 import { VERSION } from './version.js';
@@ -63,6 +64,7 @@ async function main(): Promise<void> {
     logger.fatal({ err: error }, 'cannot listen');
     process.exit(1);
   }
+  startMemoryReclaim();
   logger.info({ version: VERSION, host: config.host, port: config.port, initialised: app.envd.state.token.isSet }, 'envd ready');
 }
 

@@ -19,6 +19,9 @@ export const ENVD_NODE_FLAGS = JSON.parse(readFileSync(`${ROOT}package.json`, 'u
 /** The environment envd is deployed with (package.json "envd.env"; the guest unit sets the same). */
 export const ENVD_ENV = JSON.parse(readFileSync(`${ROOT}package.json`, 'utf8')).envd?.env ?? {};
 
+/** ENVD_BENCH_ENV='{"K":"V"}' adds to envd's environment, for an A/B of an allocator setting. */
+const BENCH_EXTRA_ENV = JSON.parse(process.env.ENVD_BENCH_ENV ?? '{}');
+
 /** How long a server may take to answer /health before the bench gives up on it. */
 const START_DEADLINE_MS = 15_000;
 
@@ -37,6 +40,12 @@ export async function freePort() {
 /** VmRSS of a process in bytes. */
 export function rssBytes(pid) {
   const line = readFileSync(`/proc/${pid}/status`, 'utf8').split('\n').find((l) => l.startsWith('VmRSS:'));
+  return Number(line?.split(/\s+/)[1]) * 1024;
+}
+
+/** RssAnon of a process in bytes: its resident memory that is no file's page-cache page. */
+export function anonBytes(pid) {
+  const line = readFileSync(`/proc/${pid}/status`, 'utf8').split('\n').find((l) => l.startsWith('RssAnon:'));
   return Number(line?.split(/\s+/)[1]) * 1024;
 }
 
@@ -148,7 +157,7 @@ export async function startEnvd({ executable = false, logLevel = 'warn', dirs, t
   const server = await startServer({
     command: executable ? file : process.execPath,
     args: [...(executable ? [] : [...ENVD_NODE_FLAGS, ...(process.env.BENCH_PRELOAD ? ['--expose-gc', '-r', process.env.BENCH_PRELOAD] : []), file]), '--log-level', logLevel, '--state-dir', stateDir, '--spool-dir', spoolDir, ...args],
-    env: { ...ENVD_ENV, ENVD_ACCESS_TOKEN: token, ...extraEnv },
+    env: { ...ENVD_ENV, ...BENCH_EXTRA_ENV, ENVD_ACCESS_TOKEN: token, ...extraEnv },
   });
   return {
     ...server,
