@@ -1,4 +1,5 @@
-import { open, readFile, stat } from 'node:fs/promises';
+import { readFileSync } from 'node:fs';
+import { open, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import { FrameDecoder, type StreamName, type StreamOffsets } from '../holder/protocol.js';
 
@@ -24,12 +25,20 @@ const OFFSETS_BYTES = 32;
  * order in `segments`, each a run of frames. The log offset counts the bytes
  * of all segments together; the holder reports how far it has written.
  */
+/** A small file of the record (in tmpfs), read at once; empty when it cannot be read, as before it exists. */
+function readOrEmpty(path: string): Buffer {
+  try {
+    return readFileSync(path);
+  } catch {
+    return Buffer.alloc(0);
+  }
+}
+
 export class KeptLog {
   constructor(readonly dir: string) {}
 
   async segmentPaths(): Promise<string[]> {
-    const text = await readFile(join(this.dir, 'segments'), 'utf8').catch(() => '');
-    return text.split('\n').filter(Boolean);
+    return readOrEmpty(join(this.dir, 'segments')).toString('utf8').split('\n').filter(Boolean);
   }
 
   /** Bytes written so far in all segments (for a finished command: the whole log). */
@@ -44,8 +53,8 @@ export class KeptLog {
    * which keeps none. A finished command's is final.
    */
   async offsets(): Promise<OutputOffsets | undefined> {
-    const bytes = await readFile(join(this.dir, 'offsets')).catch(() => undefined);
-    if (!bytes || bytes.length < OFFSETS_BYTES) return undefined;
+    const bytes = readOrEmpty(join(this.dir, 'offsets'));
+    if (bytes.length < OFFSETS_BYTES) return undefined;
     const at = (i: number) => Number(bytes.readBigUInt64LE(i * 8));
     return { written: { stdout: at(0), stderr: at(1) }, kept: { stdout: at(2), stderr: at(3) } };
   }

@@ -1,5 +1,5 @@
-import { readFileSync } from 'node:fs';
-import { readFile, rename, writeFile } from 'node:fs/promises';
+import { readFileSync, writeFileSync } from 'node:fs';
+import { rename, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 
 /**
@@ -55,7 +55,8 @@ export interface HolderStatus {
  * record it cannot read as a start that never finished.
  */
 export async function createMeta(dir: string, meta: CommandMeta): Promise<void> {
-  await writeFile(join(dir, 'meta.json'), JSON.stringify(meta), { mode: 0o600, flag: 'wx' });
+  // At once: a few hundred bytes into the state dir (tmpfs), as every command starts (see readIfExists).
+  writeFileSync(join(dir, 'meta.json'), JSON.stringify(meta), { mode: 0o600, flag: 'wx' });
 }
 
 /** A changed record of a running command (a resize): temp and rename, so a crash leaves the old one or the new. */
@@ -100,8 +101,11 @@ export function readHolderPids(dir: string): HolderPids | undefined {
  * A file's text, or undefined when it does not exist. Any other failure
  * (EMFILE, ENOMEM, EACCES) says nothing about the file and is thrown: a
  * record that cannot be read right now must never be taken for one that is not there.
+ * Read synchronously: the files of a command's record are a few bytes in tmpfs,
+ * read as commands start and end, and fs/promises' readFile took four trips
+ * through the thread pool for each (bench/profile.mjs exec-throughput).
  */
-function readIfExists(path: string): string | undefined {
+export function readIfExists(path: string): string | undefined {
   try {
     return readFileSync(path, 'utf8');
   } catch (error) {
@@ -112,10 +116,8 @@ function readIfExists(path: string): string | undefined {
 
 /** The status file; undefined when there is none (the holder never finished its output). Throws on EMFILE and the like. */
 export async function readHolderStatus(dir: string): Promise<HolderStatus | undefined> {
-  const text = await readFile(join(dir, 'status'), 'utf8').catch((error: NodeJS.ErrnoException) => {
-    if (error.code === 'ENOENT') return undefined;
-    throw error;
-  });
+  // Read at once: a few bytes in tmpfs, read as every command ends (see readIfExists).
+  const text = readIfExists(join(dir, 'status'));
   const fields = text?.trim().split(' ').map(Number) ?? [];
   if (fields.length < 5 || fields.some((n) => !Number.isFinite(n))) return undefined;
   const [exitCode, signal, out, err, logEnd] = fields as [number, number, number, number, number];

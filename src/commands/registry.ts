@@ -369,12 +369,14 @@ export class ProcessRegistry {
    */
   private evictFinished(): void {
     const ended = (proc: TrackedProcess) => proc.endedAt?.getTime() ?? 0;
-    const finished = [...this.byPid.values()]
-      .filter((proc) => !proc.running)
-      .sort((a, b) => Number(b.collected) - Number(a.collected) || ended(a) - ended(b));
+    const finished = [...this.byPid.values()].filter((proc) => !proc.running);
+    // This runs as each command ends: the common case (few kept, budgets free) must cost no sort.
+    if (finished.length <= this.limits.maxFinishedKept && !finished.some((proc) => proc.collected)) return;
     // What is kept now, less what the commands freed here held (their files go asynchronously).
     const usage = this.state.usage();
     const crowded = () => usage.memory > this.config.outputMemoryBytes * FINISHED_BUDGET_SHARE || usage.spool > this.config.maxSpoolBytes * FINISHED_BUDGET_SHARE;
+    if (finished.length <= this.limits.maxFinishedKept && !crowded()) return;
+    finished.sort((a, b) => Number(b.collected) - Number(a.collected) || ended(a) - ended(b));
     let count = finished.length;
     for (const proc of finished) {
       const tooMany = count > this.limits.maxFinishedKept;
