@@ -1,8 +1,11 @@
 // Bundles envd into one self-contained file, dist/envd.js, that runs with
 // `node dist/envd.js` and needs no node_modules; then wraps that file and the
-// Node 24 binary into one executable, dist/envd, for guest images that have no Node.
+// Node 24 binary into one executable, dist/runtime/envd-node, with the loader and
+// libraries it links in dist/runtime/lib, and dist/envd, the static launcher that
+// runs it with them: for guest images that have no Node, or no glibc (docs/guest.md).
 // First it compiles the per-command holder, dist/envd-holder (the C units in src/holder/),
-// which the single executable carries as an asset.
+// which the single executable carries as an asset; last dist/envd-init, PID 1 of
+// an image without systemd.
 import { build } from 'esbuild';
 import { execFileSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
@@ -172,6 +175,10 @@ module.exports = new Proxy(${callable ? 'function () {}.bind(null)' : '{}'}, {
 writeFileSync('dist/package.json', '{ "type": "commonjs" }\n');
 
 buildSingleExecutable();
+// dist/envd: the launcher that runs dist/runtime/envd-node with the libraries beside it.
+buildStaticProgram('src/launcher', 'dist/envd');
+// envd-init: PID 1 of an image without systemd (src/init/, docs/guest.md).
+buildStaticProgram('src/init', 'dist/envd-init');
 
 /**
  * Node's single executable application flow: a blob made from dist/envd.js is injected
@@ -188,8 +195,10 @@ function buildSingleExecutable() {
     .update(process.execPath)
     .update(process.version)
     .digest('hex');
-  const stampFile = 'dist/envd.inputs';
-  if (existsSync('dist/envd') && existsSync(stampFile) && readFileSync(stampFile, 'utf8') === inputs) return;
+  const stampFile = 'dist/runtime/envd-node.inputs';
+  const target = 'dist/runtime/envd-node';
+  if (existsSync(target) && existsSync('dist/runtime/lib/ld.so') && existsSync(stampFile) && readFileSync(stampFile, 'utf8') === inputs) return;
+  mkdirSync('dist/runtime', { recursive: true });
 
   writeFileSync(
     'dist/sea-config.json',
@@ -206,7 +215,7 @@ function buildSingleExecutable() {
   run(process.execPath, ['--experimental-sea-config', 'dist/sea-config.json']);
 
   // Built beside the target and renamed, so an interrupted build never leaves a half-made dist/envd.
-  const partial = 'dist/envd.partial';
+  const partial = `${target}.partial`;
   rmSync(partial, { force: true });
   copyFileSync(process.execPath, partial);
   chmodSync(partial, 0o755);
@@ -225,7 +234,8 @@ function buildSingleExecutable() {
     '--sentinel-fuse',
     'NODE_SEA_FUSE_fce680ab2cc467b6e072b8b5df1996b2',
   ]);
-  renameSync(partial, 'dist/envd');
+  bundleRuntimeLibraries(partial);
+  renameSync(partial, target);
   rmSync('dist/sea-prep.blob');
   writeFileSync(stampFile, inputs);
 }
@@ -234,13 +244,20 @@ function buildSingleExecutable() {
  * Compiles the holder: the C11 units of src/holder/ (one .c per concern, the
  * .h files beside them), libc only, linked statically so it runs
  * in any guest whatever its libc, starts in a millisecond (no dynamic loader),
- * and ignores the LD_PRELOAD a command's environment (which it runs in) may set. Skipped when neither the sources nor the flags changed. Returns the
+ * and ignores the LD_PRELOAD a command's environment (which it runs in) may set. Returns the
  * sha256 of the binary, an input of the single executable.
  */
 function buildHolder() {
-  const dir = 'src/holder';
-  const output = 'dist/envd-holder';
-  const stampFile = 'dist/envd-holder.inputs';
+  const output = buildStaticProgram('src/holder', 'dist/envd-holder');
+  return createHash('sha256').update(readFileSync(output)).digest('hex');
+}
+
+/**
+ * Compiles the C11 units of `dir` into one static, stripped, libc-only program at
+ * `output`. Skipped when neither the sources nor the flags changed.
+ */
+function buildStaticProgram(dir, output) {
+  const stampFile = `${output}.inputs`;
   // -s: symbols would only cost guest image and state-dir (tmpfs) space.
   const flags = ['-std=c11', '-O2', '-Wall', '-Wextra', '-Werror', '-s'];
   const names = readdirSync(dir).filter((name) => name.endsWith('.c') || name.endsWith('.h')).sort();
@@ -254,14 +271,41 @@ function buildHolder() {
     try {
       run('cc', [...flags, '-static', '-o', partial, ...sources]);
     } catch (error) {
-      // A toolchain without a static libc (e.g. no libc6-dev static archive) still gets a working holder.
-      console.warn(`build.mjs: static link of envd-holder failed (${error.message.split('\n')[0]}); linking dynamically, so the holder needs this libc at run time.`);
+      // A toolchain without a static libc (e.g. no libc6-dev static archive) still gets a working program.
+      console.warn(`build.mjs: static link of ${output} failed (${error.message.split('\n')[0]}); linking dynamically, so it needs this libc at run time.`);
       run('cc', [...flags, '-o', partial, ...sources]);
     }
     renameSync(partial, output);
     writeFileSync(stampFile, inputs);
   }
-  return createHash('sha256').update(readFileSync(output)).digest('hex');
+  return output;
+}
+
+/**
+ * dist/runtime/lib: the dynamic loader (as ld.so) and every library the Node
+ * binary links, copied from the build machine (the files, not their symlinks),
+ * so that dist/envd (src/launcher/) runs envd with them and nothing of the
+ * image's: Node 24 needs glibc >= 2.28 and libstdc++, which busybox, musl and
+ * older images lack (docs/guest.md). `ldd` lists them, the loader included.
+ */
+function bundleRuntimeLibraries(binary) {
+  const dir = 'dist/runtime/lib';
+  const partial = `${dir}.partial`;
+  rmSync(partial, { recursive: true, force: true });
+  mkdirSync(partial, { recursive: true });
+  const listing = execFileSync('ldd', [binary], { encoding: 'utf8' });
+  let loader;
+  for (const line of listing.split('\n')) {
+    const linked = line.match(/^\s*(\S+) => (\/\S+) \(/);
+    if (linked) copyFileSync(linked[2], `${partial}/${linked[1]}`);
+    const interpreter = line.match(/^\s*(\/\S*ld-linux\S*) \(/);
+    if (interpreter) loader = interpreter[1];
+  }
+  if (!loader) throw new Error(`build.mjs: ldd ${binary} names no dynamic loader:\n${listing}`);
+  copyFileSync(loader, `${partial}/ld.so`);
+  for (const name of readdirSync(partial)) chmodSync(`${partial}/${name}`, 0o755);
+  rmSync(dir, { recursive: true, force: true });
+  renameSync(partial, dir);
 }
 
 function run(file, args) {

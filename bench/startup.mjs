@@ -3,7 +3,8 @@
 // `dist/envd`, against `node -e` of an empty http server; then each one's idle
 // RSS a second after it answered.
 import { execFileSync } from 'node:child_process';
-import { existsSync } from 'node:fs';
+import { existsSync, readdirSync } from 'node:fs';
+import { dirname, join } from 'node:path';
 import { atMost, makeRow, missingRow, printRow, runIfMain } from './lib/figure.mjs';
 import { anonBytes, ENVD_JS, ENVD_SEA, rssBytes, startEnvd, startServer } from './lib/envd-process.mjs';
 import { median } from './lib/stats.mjs';
@@ -55,7 +56,10 @@ export async function run({ quick = false } = {}) {
     sea: hasSea ? { ms: [], rss: [], anon: [], start: () => startEnvd({ executable: true }) } : undefined,
     baseline: { ms: [], rss: [], anon: [], start: () => startServer({ args: ['-e', EMPTY_SERVER], usePortFlag: false }) },
   };
-  dropFromPageCache([ENVD_SEA, ENVD_JS, process.execPath]);
+  // dist/envd is the launcher; what it maps is the runtime beside it (src/launcher/launcher.c).
+  const runtime = join(dirname(ENVD_SEA), 'runtime');
+  const runtimeFiles = existsSync(runtime) ? [join(runtime, 'envd-node'), ...readdirSync(join(runtime, 'lib')).map((name) => join(runtime, 'lib', name))] : [];
+  dropFromPageCache([ENVD_SEA, ...runtimeFiles, ENVD_JS, process.execPath]);
   // One warm-up start of each (disk cache), then the sides in turn.
   for (let round = -1; round < rounds; round++) {
     for (const side of Object.values(sides)) {

@@ -49,6 +49,8 @@ export interface Config {
   readonly directOutput: boolean;
   /** How long a finished command stays readable (exit, kept output, resumable streams) before it is freed. */
   readonly keepFinishedMs: number;
+  /** The image's entrypoint to start once per boot (rootfs/image-to-template.mjs --entrypoint writes it). */
+  readonly entrypointFile: string | undefined;
   readonly logLevel: LogLevel;
 }
 
@@ -83,6 +85,8 @@ Options (each also read from the environment variable shown):
                                                       directly, not through envd (default on)
   --keep-finished <seconds>   ENVD_KEEP_FINISHED      how long a finished command's exit and kept output stay
                                                       readable (default ${DEFAULT_KEEP_FINISHED_SECONDS}; 0: until collected)
+  --entrypoint-file <path>    ENVD_ENTRYPOINT_FILE    the image's entrypoint ({"args","user","cwd","envs"}), started once
+                                                      per boot as a tracked background command
   --log-level <level>         ENVD_LOG_LEVEL          ${LOG_LEVELS.join('|')} (default info)
   --help                      print this help and exit
   --version                   print the version and exit
@@ -101,6 +105,7 @@ const OPTIONS = {
   'state-dir': { type: 'string', env: 'ENVD_STATE_DIR' },
   'direct-output': { type: 'string', env: 'ENVD_DIRECT_OUTPUT' },
   'keep-finished': { type: 'string', env: 'ENVD_KEEP_FINISHED' },
+  'entrypoint-file': { type: 'string', env: 'ENVD_ENTRYPOINT_FILE' },
   'log-level': { type: 'string', env: 'ENVD_LOG_LEVEL' },
   help: { type: 'boolean' },
   version: { type: 'boolean' },
@@ -161,6 +166,9 @@ export function parseCli(argv: string[], env: NodeJS.ProcessEnv): CliAction {
   const keepFinished = parseInteger(read('keep-finished') ?? String(DEFAULT_KEEP_FINISHED_SECONDS), 0, MAX_KEEP_FINISHED_SECONDS);
   if (keepFinished === undefined) problems.push(`${describe('keep-finished')} must be a number of seconds from 0 to ${MAX_KEEP_FINISHED_SECONDS}, got ${JSON.stringify(read('keep-finished'))}`);
 
+  const entrypointFile = read('entrypoint-file');
+  if (entrypointFile !== undefined && !isAbsolute(entrypointFile)) problems.push(`${describe('entrypoint-file')} must be an absolute path, got ${JSON.stringify(entrypointFile)}`);
+
   const host = read('host') ?? '0.0.0.0';
   if (host.trim() === '') problems.push(`${describe('host')} must not be empty`);
 
@@ -200,6 +208,7 @@ export function parseCli(argv: string[], env: NodeJS.ProcessEnv): CliAction {
       stateDir,
       directOutput: directOutput === 'on',
       keepFinishedMs: keepFinished! * 1000,
+      entrypointFile,
       logLevel: logLevel as LogLevel,
     }),
   };

@@ -2,6 +2,7 @@ import './process-title.js';
 import { ConfigError, HELP, parseCli } from './config.js';
 import { buildApp } from './app.js';
 import { prebuiltOpenApi } from './lifecycle/openapi-source.js';
+import { startEntrypoint } from './commands/entrypoint.js';
 import { createLogger } from './logger.js';
 import { startMemoryReclaim } from './memory-reclaim.js';
 import { runShell } from './shell/client.js';
@@ -65,6 +66,7 @@ async function main(): Promise<void> {
     process.exit(1);
   }
   startMemoryReclaim();
+  if (config.entrypointFile) await startEntrypoint(config.entrypointFile, config.stateDir, app.envd.state, app.envd.processes, logger.child({ feature: 'entrypoint' }));
   logger.info({ version: VERSION, host: config.host, port: config.port, initialised: app.envd.state.token.isSet }, 'envd ready');
 }
 

@@ -41,6 +41,7 @@ export function testConfig(overrides: Partial<Config> = {}): Config {
     spoolDir: '/dev/null/spool',
     directOutput: true,
     keepFinishedMs: DEFAULT_KEEP_FINISHED_SECONDS * 1000,
+    entrypointFile: undefined,
     logLevel: 'info',
     ...overrides,
   };

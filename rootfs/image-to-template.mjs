@@ -1,0 +1,175 @@
+#!/usr/bin/env node
+// Turns a container image into a sandbox template's root filesystem image, with
+// no Docker daemon and no network (issue 25 §4):
+//
+//   node rootfs/image-to-template.mjs IMAGE OUTPUT.ext4 [--default-user USER]
+//        [--init auto|systemd|openrc|busybox|envd-init] [--entrypoint] [--size-mib N]
+//
+// IMAGE is an unpacked root directory, a `docker save` tarball (manifest.json),
+// an OCI image layout tarball (index.json) or a flat root tarball (`docker
+// export`). Layers are applied in order with their whiteouts (.wh.NAME removes
+// NAME, .wh..wh..opq empties its directory); then rootfs/install.sh injects
+// envd and the init (systemd if the image has it, else OpenRC, else envd-init as
+// /sbin/init); --entrypoint has envd start the image's Entrypoint + Cmd once per
+// boot as a tracked command; `mkfs.ext4 -d` makes the image (no loop mount).
+// Everything happens in a work directory beside OUTPUT, renamed into place at
+// the end: a failure leaves no half-written image. Bad input exits 2.
+import { execFileSync, spawnSync } from 'node:child_process';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { basename, dirname, join, resolve } from 'node:path';
+
+const USAGE = 'usage: image-to-template.mjs IMAGE OUTPUT.ext4 [--default-user USER] [--init auto|systemd|openrc|busybox|envd-init] [--entrypoint] [--size-mib N]';
+const HERE = dirname(new URL(import.meta.url).pathname);
+
+class BadInput extends Error {}
+
+function parseArgs(argv) {
+  const options = { defaultUser: 'root', init: 'auto', entrypoint: false, sizeMib: undefined, positional: [] };
+  for (let i = 0; i < argv.length; i++) {
+    const arg = argv[i];
+    const value = () => {
+      if (i + 1 >= argv.length) throw new BadInput(`${arg} needs a value`);
+      return argv[++i];
+    };
+    if (arg === '--default-user') options.defaultUser = value();
+    else if (arg === '--init') options.init = value();
+    else if (arg === '--entrypoint') options.entrypoint = true;
+    else if (arg === '--size-mib') {
+      options.sizeMib = Number(value());
+      if (!Number.isInteger(options.sizeMib) || options.sizeMib < 16) throw new BadInput('--size-mib must be a whole number of at least 16');
+    } else if (arg.startsWith('-')) throw new BadInput(`unknown option ${arg}`);
+    else options.positional.push(arg);
+  }
+  if (options.positional.length !== 2) throw new BadInput(USAGE);
+  return options;
+}
+
+/** Runs a program; its failure is ours (exit 1), with what it printed. */
+function run(file, args) {
+  const result = spawnSync(file, args, { encoding: 'utf8', maxBuffer: 256 * 1024 * 1024 });
+  if (result.error) throw result.error;
+  if (result.status !== 0) throw Object.assign(new Error(`${file} ${args.join(' ')} failed (${result.status}): ${result.stderr.trim()}`), { status: result.status, stderr: result.stderr });
+  return result.stdout;
+}
+
+/** Entries of a tar archive (compression detected by tar); a file that is no archive is bad input. */
+function listTar(archive) {
+  try {
+    return run('tar', ['-tf', archive]).split('\n').filter(Boolean);
+  } catch (error) {
+    throw new BadInput(`${archive} is not a tar archive (${error.stderr?.trim().split('\n')[0] ?? error.message})`);
+  }
+}
+
+/** Applies one layer onto `root`: its whiteouts first, then its files. */
+function applyLayer(root, layer) {
+  for (const entry of listTar(layer)) {
+    const path = entry.replace(/^\.?\//, '').replace(/\/$/, '');
+    const name = basename(path);
+    if (!name.startsWith('.wh.')) continue;
+    if (path.split('/').includes('..')) throw new BadInput(`layer ${basename(layer)}: whiteout ${entry} leaves the root`);
+    const dir = join(root, dirname(path));
+    if (name === '.wh..wh..opq') {
+      for (const child of existsSync(dir) ? readdirSync(dir) : []) rmSync(join(dir, child), { recursive: true, force: true });
+    } else {
+      rmSync(join(dir, name.slice('.wh.'.length)), { recursive: true, force: true });
+    }
+  }
+  // GNU tar strips leading "/" and refuses members with "..": a layer cannot write outside root.
+  run('tar', ['-xpf', layer, '-C', root, '--numeric-owner', '--exclude=.wh.*']);
+}
+
+const readJson = (path, what) => {
+  try {
+    return JSON.parse(readFileSync(path, 'utf8'));
+  } catch (error) {
+    throw new BadInput(`${what}: ${error.message}`);
+  }
+};
+
+/** The layers (in order) and the image config of an unpacked docker-save or OCI tarball; undefined for a flat root. */
+function describeImage(unpacked) {
+  const blob = (digest) => join(unpacked, 'blobs', ...String(digest).split(':'));
+  if (existsSync(join(unpacked, 'manifest.json'))) {
+    const [manifest] = readJson(join(unpacked, 'manifest.json'), 'manifest.json');
+    if (!manifest?.Layers) throw new BadInput('manifest.json lists no layers');
+    return { layers: manifest.Layers.map((layer) => join(unpacked, layer)), config: manifest.Config ? readJson(join(unpacked, manifest.Config), 'the image config') : {} };
+  }
+  if (existsSync(join(unpacked, 'index.json'))) {
+    let manifest = readJson(join(unpacked, 'index.json'), 'index.json');
+    // An index may point at a manifest or at another index (multi-platform): follow to linux/amd64 or the first.
+    while (manifest.manifests) {
+      const pick = manifest.manifests.find((m) => m.platform?.os === 'linux' && m.platform?.architecture === 'amd64') ?? manifest.manifests[0];
+      if (!pick) throw new BadInput('index.json lists no manifest');
+      manifest = readJson(blob(pick.digest), `manifest ${pick.digest}`);
+    }
+    if (!manifest.layers) throw new BadInput('the OCI manifest lists no layers');
+    return { layers: manifest.layers.map((layer) => blob(layer.digest)), config: manifest.config ? readJson(blob(manifest.config.digest), 'the image config') : {} };
+  }
+  return undefined;
+}
+
+/** What --entrypoint hands envd: the image's Entrypoint + Cmd, run as its User in its WorkingDir with its Env. */
+function entrypointOf(config) {
+  const c = config.config ?? config.Config ?? {};
+  const args = [...(c.Entrypoint ?? []), ...(c.Cmd ?? [])];
+  if (args.length === 0) throw new BadInput('--entrypoint: the image has no Entrypoint or Cmd');
+  const envs = Object.fromEntries((c.Env ?? []).map((kv) => [kv.slice(0, kv.indexOf('=')), kv.slice(kv.indexOf('=') + 1)]));
+  return { args, ...(c.User ? { user: c.User.split(':')[0] } : {}), ...(c.WorkingDir ? { cwd: c.WorkingDir } : {}), envs };
+}
+
+function main() {
+  const options = parseArgs(process.argv.slice(2));
+  const [image, outputArg] = options.positional.map((p) => resolve(p));
+  const output = outputArg;
+  if (!existsSync(image)) throw new BadInput(`${image} does not exist`);
+  if (!existsSync(dirname(output))) throw new BadInput(`the directory of ${output} does not exist`);
+  const work = mkdtempSync(join(dirname(output), `.${basename(output)}.work-`));
+  const cleanUp = () => rmSync(work, { recursive: true, force: true });
+  for (const signal of ['SIGINT', 'SIGTERM', 'SIGHUP']) process.on(signal, () => (cleanUp(), process.exit(1)));
+  try {
+    const root = join(work, 'root');
+    mkdirSync(root);
+    let config = {};
+    if (statSync(image).isDirectory()) {
+      run('cp', ['-a', `${image}/.`, root]);
+    } else {
+      const unpacked = join(work, 'image');
+      mkdirSync(unpacked);
+      listTar(image); // bad input before anything else
+      run('tar', ['-xf', image, '-C', unpacked, '--numeric-owner']);
+      const described = describeImage(unpacked);
+      if (described) {
+        for (const layer of described.layers) applyLayer(root, layer);
+        config = described.config;
+      } else {
+        rmSync(root, { recursive: true });
+        renameSync(unpacked, root); // a flat root (docker export)
+      }
+    }
+    if (!existsSync(join(root, 'etc/passwd'))) throw new BadInput(`${image} has no /etc/passwd: envd needs it to know the image's users`);
+    const installed = spawnSync(join(HERE, 'install.sh'), [root, '--default-user', options.defaultUser, '--init', options.init], { encoding: 'utf8' });
+    if (installed.status === 2) throw new BadInput(installed.stderr.trim().replace(/^install\.sh: /, ''));
+    if (installed.status !== 0) throw new Error(`install.sh failed: ${installed.stderr.trim()}`);
+    if (options.entrypoint) {
+      writeFileSync(join(root, 'etc/envd/entrypoint.json'), `${JSON.stringify(entrypointOf(config))}\n`);
+      writeFileSync(join(root, 'etc/envd/envd.env'), `${readFileSync(join(root, 'etc/envd/envd.env'), 'utf8')}ENVD_ENTRYPOINT_FILE=/etc/envd/entrypoint.json\n`);
+    }
+    const usedMib = Math.ceil(Number(execFileSync('du', ['-sb', root], { encoding: 'utf8' }).split('\t')[0]) / 1024 / 1024);
+    // Room to work in: a fifth more than the files, and at least 256 MiB free.
+    const sizeMib = options.sizeMib ?? Math.max(usedMib + 256, Math.ceil(usedMib * 1.2));
+    const partial = join(work, 'image.ext4');
+    run('mkfs.ext4', ['-q', '-F', '-L', 'rootfs', '-d', root, partial, `${sizeMib}M`]);
+    renameSync(partial, output);
+    process.stdout.write(`${output}: ${sizeMib} MiB ext4, ${usedMib} MiB of files, started by ${installed.stdout.trim().split(' ').at(-1)}\n`);
+  } finally {
+    cleanUp();
+  }
+}
+
+try {
+  main();
+} catch (error) {
+  process.stderr.write(`image-to-template: ${error.message}\n`);
+  process.exit(error instanceof BadInput ? 2 : 1);
+}
