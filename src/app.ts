@@ -2,6 +2,7 @@ import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import Fastify, { LogController, type FastifyError, type FastifyInstance, type FastifyReply, type FastifyRequest, type FastifyServerOptions } from 'fastify';
 import { bearerToken } from './auth.js';
 import { commandRoutes } from './commands/routes.js';
+import { openCgroups, systemLocation, type CgroupMode } from './cgroups/detect.js';
 import { ProcessRegistry } from './commands/registry.js';
 import type { Config } from './config.js';
 import { HttpError } from './errors.js';
@@ -37,6 +38,8 @@ export interface AppDeps {
   setClock?: ClockSetter;
   /** GET /openapi.json: the document built into the bundle, or generated from the routes (tests, the build). */
   openApi: OpenApiSource;
+  /** cgroup or proc mode; by default detected and set up on this machine (in-process tests pass proc mode, never touching the runner's cgroup). */
+  cgroups?: CgroupMode;
 }
 
 export type App = FastifyInstance & { envd: { state: SandboxState; processes: ProcessRegistry } };
@@ -45,7 +48,7 @@ const REQUEST_ID = /^[\w.:-]{1,64}$/;
 
 type ValidatorFactory = NonNullable<NonNullable<NonNullable<FastifyServerOptions['schemaController']>['compilersFactory']>['buildValidator']>;
 
-export async function buildApp({ config, logger, state = new SandboxState(config, runningUserName()), setClock, openApi }: AppDeps): Promise<App> {
+export async function buildApp({ config, logger, state = new SandboxState(config, runningUserName()), setClock, openApi, cgroups }: AppDeps): Promise<App> {
   const app = Fastify({
     loggerInstance: logger,
     // One line per request, written by the onResponse hook below, instead of fastify's two.
@@ -73,7 +76,11 @@ export async function buildApp({ config, logger, state = new SandboxState(config
     reply.code(404).send({ message: `no route for ${request.method} ${request.url.split('?')[0]}` });
   });
 
-  const processes = await ProcessRegistry.open(config, logger.child({ feature: 'commands' }));
+  // Before the registry starts its spawner: envd moves itself into its own leaf first (src/cgroups/).
+  const cgroupMode = cgroups ?? openCgroups(systemLocation(), config.reserveMemoryBytes);
+  const processes = await ProcessRegistry.open(config, logger.child({ feature: 'commands' }), undefined, cgroupMode);
+  if (cgroupMode.mode === 'cgroup') logger.info({ cgroup: cgroupMode.cgroups.commands }, 'commands run in a cgroup v2 each: limits, cgroup.kill, why each ended');
+  else logger.info({ why: cgroupMode.why }, 'commands run without cgroups: no limits; kill walks /proc');
   app.addHook('onClose', async () => processes.killAll());
 
   app.addHook('onRequest', async (request, reply) => {

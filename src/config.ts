@@ -12,6 +12,9 @@ export const DEFAULT_OUTPUT_MEMORY_BYTES = 32 * 1024 * 1024;
 export const DEFAULT_MAX_SPOOL_BYTES = 1024 * 1024 * 1024;
 /** How long a finished command's exit and kept output stay readable (seconds). */
 export const DEFAULT_KEEP_FINISHED_SECONDS = 600;
+/** What all commands together leave to envd: its idle RSS (~60 MiB) and its 64 MiB budget above it. */
+export const DEFAULT_RESERVE_MEMORY_BYTES = 128 * 1024 * 1024;
+
 /** The longest --keep-finished: a week, and within what a Node timer holds. */
 export const MAX_KEEP_FINISHED_SECONDS = 7 * 24 * 3600;
 
@@ -49,6 +52,8 @@ export interface Config {
   readonly directOutput: boolean;
   /** How long a finished command stays readable (exit, kept output, resumable streams) before it is freed. */
   readonly keepFinishedMs: number;
+  /** Memory kept from all commands together for envd (cgroup mode): they get at most MemTotal less this. */
+  readonly reserveMemoryBytes: number;
   /** The image's entrypoint to start once per boot (rootfs/image-to-template.mjs --entrypoint writes it). */
   readonly entrypointFile: string | undefined;
   readonly logLevel: LogLevel;
@@ -85,6 +90,8 @@ Options (each also read from the environment variable shown):
                                                       directly, not through envd (default on)
   --keep-finished <seconds>   ENVD_KEEP_FINISHED      how long a finished command's exit and kept output stay
                                                       readable (default ${DEFAULT_KEEP_FINISHED_SECONDS}; 0: until collected)
+  --reserve-memory <bytes>    ENVD_RESERVE_MEMORY     memory all commands together leave to envd (cgroup mode: they get at most
+                                                      MemTotal less this; default ${DEFAULT_RESERVE_MEMORY_BYTES})
   --entrypoint-file <path>    ENVD_ENTRYPOINT_FILE    the image's entrypoint ({"args","user","cwd","envs"}), started once
                                                       per boot as a tracked background command
   --log-level <level>         ENVD_LOG_LEVEL          ${LOG_LEVELS.join('|')} (default info)
@@ -106,6 +113,7 @@ const OPTIONS = {
   'direct-output': { type: 'string', env: 'ENVD_DIRECT_OUTPUT' },
   'keep-finished': { type: 'string', env: 'ENVD_KEEP_FINISHED' },
   'entrypoint-file': { type: 'string', env: 'ENVD_ENTRYPOINT_FILE' },
+  'reserve-memory': { type: 'string', env: 'ENVD_RESERVE_MEMORY' },
   'log-level': { type: 'string', env: 'ENVD_LOG_LEVEL' },
   help: { type: 'boolean' },
   version: { type: 'boolean' },
@@ -166,6 +174,9 @@ export function parseCli(argv: string[], env: NodeJS.ProcessEnv): CliAction {
   const keepFinished = parseInteger(read('keep-finished') ?? String(DEFAULT_KEEP_FINISHED_SECONDS), 0, MAX_KEEP_FINISHED_SECONDS);
   if (keepFinished === undefined) problems.push(`${describe('keep-finished')} must be a number of seconds from 0 to ${MAX_KEEP_FINISHED_SECONDS}, got ${JSON.stringify(read('keep-finished'))}`);
 
+  const reserveMemory = parseInteger(read('reserve-memory') ?? String(DEFAULT_RESERVE_MEMORY_BYTES), 0, 2 ** 40);
+  if (reserveMemory === undefined) problems.push(`${describe('reserve-memory')} must be a number of bytes from 0 to ${2 ** 40}, got ${JSON.stringify(read('reserve-memory'))}`);
+
   const entrypointFile = read('entrypoint-file');
   if (entrypointFile !== undefined && !isAbsolute(entrypointFile)) problems.push(`${describe('entrypoint-file')} must be an absolute path, got ${JSON.stringify(entrypointFile)}`);
 
@@ -209,6 +220,7 @@ export function parseCli(argv: string[], env: NodeJS.ProcessEnv): CliAction {
       directOutput: directOutput === 'on',
       keepFinishedMs: keepFinished! * 1000,
       entrypointFile,
+      reserveMemoryBytes: reserveMemory!,
       logLevel: logLevel as LogLevel,
     }),
   };

@@ -1,4 +1,5 @@
 import { AccessToken } from './auth.js';
+import type { Limits } from './cgroups/limits.js';
 import type { Config } from './config.js';
 
 /**
@@ -12,6 +13,8 @@ export class SandboxState {
   envs: Record<string, string> = {};
   defaultUser: string;
   defaultWorkdir: string | undefined;
+  /** /init's default_limits: what a command that names no limits of its own gets (cgroup mode). */
+  defaultLimits: Limits | undefined;
 
   constructor(config: Pick<Config, 'accessToken' | 'defaultUser' | 'defaultWorkdir'>, runningAs: string) {
     this.token = new AccessToken(config.accessToken);

@@ -30,8 +30,17 @@ describe('parseCli', () => {
       host: '0.0.0.0', port: 49983, accessToken: undefined, accessTokenFile: undefined, defaultUser: undefined,
       defaultWorkdir: undefined, maxOutputBytes: DEFAULT_MAX_OUTPUT_BYTES, logLevel: 'info', directOutput: true,
       outputMemoryBytes: 33554432, maxSpoolBytes: 1073741824, keepFinishedMs: 600_000, ...defaultDirs(process.getuid!(), {}),
+      entrypointFile: undefined, reserveMemoryBytes: 128 * 1024 * 1024,
     });
     expect(DEFAULT_MAX_OUTPUT_BYTES).toBe(67108864);
+  });
+
+  it('takes --reserve-memory in bytes and an absolute --entrypoint-file, naming the option when wrong', () => {
+    expect(run(['--reserve-memory', '0']).reserveMemoryBytes).toBe(0);
+    expect(run([], { ENVD_RESERVE_MEMORY: '268435456' }).reserveMemoryBytes).toBe(268435456);
+    expect(() => run(['--reserve-memory', '1G'])).toThrow(/--reserve-memory \(ENVD_RESERVE_MEMORY\) must be a number of bytes/);
+    expect(run(['--entrypoint-file', '/etc/envd/entrypoint.json']).entrypointFile).toBe('/etc/envd/entrypoint.json');
+    expect(() => run(['--entrypoint-file', 'entrypoint.json'])).toThrow(/--entrypoint-file \(ENVD_ENTRYPOINT_FILE\) must be an absolute path/);
   });
 
   it('takes --keep-finished in seconds, 0 to a week, and refuses anything else naming it', () => {

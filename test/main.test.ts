@@ -56,7 +56,7 @@ describe('the envd executable', () => {
       const written = join(dirs, 'state', 'bin', `envd-holder-${createHash('sha256').update(holder).digest('hex').slice(0, 12)}`);
       expect(readFileSync(written).equals(holder)).toBe(true);
       const run = await fetch(`${envd.url}/commands`, { method: 'POST', headers: { authorization: 'Bearer tok', 'content-type': 'application/json' }, body: JSON.stringify({ cmd: 'echo hi' }) });
-      expect(await run.json()).toMatchObject({ stdout: 'hi\n', exit_code: 0 });
+      expect(await run.json()).toMatchObject({ stdout: 'hi\n', exit_code: 0, reason: 'exited' });
     } finally {
       await envd.stop('SIGTERM');
       rmSync(dirs, { recursive: true, force: true });
@@ -88,7 +88,7 @@ describe('the envd executable', () => {
       expect(listed.status).toBe(200);
       expect(await listed.json()).toEqual({ entries: [] });
       const ran = await call('/commands', { method: 'POST', body: JSON.stringify({ cmd: 'echo first-use' }) });
-      expect(await ran.json()).toEqual({ stdout: 'first-use\n', stderr: '', exit_code: 0 });
+      expect(await ran.json()).toEqual({ stdout: 'first-use\n', stderr: '', exit_code: 0, reason: 'exited' });
     } finally {
       await envd.stop('SIGTERM');
       rmSync(dir, { recursive: true, force: true });

@@ -25,6 +25,8 @@ export interface HolderOptions {
   capBytes: number;
   /** Read no output until envd says LIVE_ON (a streamed command: its client gets every byte, past the cap too). */
   holdOutput: boolean;
+  /** The command's cgroup directory (cgroup mode): the holder's child joins it before exec. */
+  cgroup?: string | undefined;
 }
 
 /**
@@ -51,6 +53,7 @@ export async function startHolder(prepared: PreparedCommand, options: HolderOpti
     ...(prepared.stdin ? ['--stdin'] : []),
     ...(options.holdOutput ? ['--hold-output', String(HOLD_OUTPUT_MS)] : []),
     ...(prepared.switchTo ? ['--user', `${prepared.switchTo.uid}:${prepared.switchTo.gid}:${prepared.switchTo.groups.join(',')}`] : []),
+    ...(options.cgroup ? ['--cgroup', options.cgroup] : []),
     ...(prepared.pty ? ['--pty', `${prepared.pty.cols}x${prepared.pty.rows}`] : []),
     '--', prepared.file, ...prepared.args,
   ];

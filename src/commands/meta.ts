@@ -1,3 +1,4 @@
+import type { Limits } from '../cgroups/limits.js';
 import { readFileSync, writeFileSync } from 'node:fs';
 import { rename, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
@@ -30,6 +31,8 @@ export interface CommandMeta {
   deadline_ms: number | null;
   /** The command's slot in the usage table. */
   slot: number;
+  /** Its cgroup limits (cgroup mode), as asked or from default_limits. */
+  limits?: Limits;
 }
 
 /** What the holder wrote about the processes: the shell's and its own pid, each with its start time. */

@@ -1,7 +1,10 @@
 import { statSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Config } from '../config.js';
-import { HttpError } from '../errors.js';
+import type { CgroupStats } from '../cgroups/command-cgroups.js';
+import type { CgroupMode } from '../cgroups/detect.js';
+import { conflict, HttpError } from '../errors.js';
+import type { CommandsFigures } from '../lifecycle/metrics.js';
 import { holderBinaryPath } from '../holder/binary.js';
 import type { Logger } from '../logger.js';
 import { HolderLink, HELLO_TIMEOUT_MS } from './holder-link.js';
@@ -74,15 +77,40 @@ export class ProcessRegistry {
   }
 
   /** Prepares the state directory and the spool, and re-adopts the commands a previous envd left running. */
-  static async open(config: Config, log: Logger, limits = { maxFinishedKept: MAX_FINISHED_KEPT }): Promise<ProcessRegistry> {
+  static async open(config: Config, log: Logger, limits = { maxFinishedKept: MAX_FINISHED_KEPT }, cgroupMode?: CgroupMode): Promise<ProcessRegistry> {
     const state = await StateDir.open(config.stateDir, config.spoolDir);
     const registry = new ProcessRegistry(config, log, state, holderBinaryPath(config.stateDir), limits);
+    // Before adoption: a re-adopted command finds its cgroup again (its limits, cgroup.kill, why it ended).
+    if (cgroupMode) registry.useCgroups(cgroupMode);
     await registry.adopt();
     return registry;
   }
 
   get size(): number {
     return this.byPid.size;
+  }
+
+  /** cgroup mode (a cgroup per command) or proc mode; set once at start, before adoption (open). */
+  private cgroupMode: CgroupMode = { mode: 'proc', why: 'cgroups not set up' };
+
+  useCgroups(mode: CgroupMode): void {
+    this.cgroupMode = mode;
+  }
+
+  /** Why `limits` cannot be honoured, or undefined in cgroup mode. */
+  limitsRefused(): string | undefined {
+    return this.cgroupMode.mode === 'cgroup' ? undefined : `limits need a cgroup v2 per command, and this envd runs without: ${this.cgroupMode.why}`;
+  }
+
+  commandsFigures(): CommandsFigures {
+    if (this.cgroupMode.mode === 'proc') return { commands_mode: 'proc', commands_mode_reason: this.cgroupMode.why };
+    const total = this.cgroupMode.cgroups.total();
+    return { commands_mode: 'cgroup', commands_cpu_usec: total.cpu_usec, commands_memory_bytes: total.memory_bytes, commands_pids: total.pids };
+  }
+
+  /** What a command's cgroup has used; undefined in proc mode. */
+  stats(proc: TrackedProcess): CgroupStats | undefined {
+    return proc.cgroup?.cgroups.stats(proc.cgroup.id);
   }
 
   /** Bytes of kept output in memory (tmpfs) and in the spool, over all commands. */
@@ -106,6 +134,8 @@ export class ProcessRegistry {
   }
 
   private async launch(prepared: PreparedCommand, options: StartOptions): Promise<TrackedProcess> {
+    const cgroups = this.cgroupMode.mode === 'cgroup' ? this.cgroupMode.cgroups : undefined;
+    if (prepared.limits && !cgroups) throw conflict(`body/limits: ${this.limitsRefused()}`);
     const slot = this.state.takeSlot();
     const { id, dir } = await this.state.createCommandDir().catch((error: unknown) => {
       this.state.releaseSlot(slot);
@@ -123,10 +153,12 @@ export class ProcessRegistry {
       started_at: new Date().toISOString(),
       deadline_ms: options.timeoutMs > 0 ? monotonicMs() + options.timeoutMs : null,
       slot,
+      ...(prepared.limits ? { limits: prepared.limits } : {}),
     };
     let proc: TrackedProcess;
     try {
       await createMeta(dir, meta);
+      const cgroup = cgroups?.create(id, prepared.limits);
       const pids = await startHolder(
         prepared,
         {
@@ -139,11 +171,13 @@ export class ProcessRegistry {
           spoolBudget: this.config.maxSpoolBytes,
           capBytes: this.config.maxOutputBytes,
           holdOutput: options.streamed ?? false,
+          cgroup,
         },
         this.spawner,
       );
       proc = await this.follow(id, dir, meta, false, pids);
     } catch (error) {
+      cgroups?.remove(id);
       await this.state.removeCommand(id);
       this.state.releaseSlot(slot);
       throw error;
@@ -175,6 +209,8 @@ export class ProcessRegistry {
     await proc.release();
     await this.state.removeCommand(proc.id);
     this.state.releaseSlot(proc.meta.slot);
+    // Empty once its tree is gone; a cgroup still busy (a straggler the shell left) stays until it empties.
+    proc.cgroup?.cgroups.remove(proc.cgroup.id);
   }
 
   /** Shutdown: kills every tracked tree, waits (bounded) for their ends, and removes what they kept. */
@@ -186,6 +222,7 @@ export class ProcessRegistry {
     // A command whose holder has not answered yet already runs: it is tracked once it answers, and killed with the rest.
     await Promise.race([Promise.allSettled([...this.starting]), deadline]);
     const all = this.list();
+    for (const proc of all) if (proc.cgroup) proc.cgroup.cgroups.kill(proc.cgroup.id);
     killProcessTrees(all.flatMap((proc) => proc.tree() ?? []));
     await Promise.race([Promise.all(all.map((proc) => proc.finished)), deadline]);
     clearTimeout(timer);
@@ -241,6 +278,8 @@ export class ProcessRegistry {
       adopted,
       logEnd: connected?.hello.logEnd ?? 0,
       logger: this.log,
+      // Its cgroup, if it was started in one (also after a restart: the path is the command's id).
+      cgroup: this.cgroupMode.mode === 'cgroup' && this.cgroupMode.cgroups.exists(id) ? { cgroups: this.cgroupMode.cgroups, id } : undefined,
     });
     if (connected) return proc;
     if (proc.holderAlive()) void proc.reconnect();

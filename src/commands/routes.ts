@@ -3,7 +3,7 @@ import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import type { FastifyReply } from 'fastify';
 import { Readable } from 'node:stream';
 import type { Config } from '../config.js';
-import { ErrorSchema, HttpError, notFound } from '../errors.js';
+import { conflict, ErrorSchema, HttpError, notFound } from '../errors.js';
 import type { SandboxState } from '../sandbox-state.js';
 import type { ProcessRegistry } from './registry.js';
 import {
@@ -14,6 +14,7 @@ import {
   RawBytes,
   WaitQuery,
   CommandResult,
+  CommandStats,
   type CommandResult as CommandResultValue,
   Empty,
   Killed,
@@ -47,7 +48,7 @@ const EventStream = {
 };
 
 /** The answer `wait` gives for a pid envd does not track (the public contract's shape). */
-const NOT_FOUND_RESULT = { stdout: '', stderr: 'process not found', exit_code: 1 };
+const NOT_FOUND_RESULT = { stdout: '', stderr: 'process not found', exit_code: 1, reason: 'exited' as const };
 
 const timeoutMs = (seconds: number | undefined) => Math.ceil((seconds ?? 0) * 1000);
 
@@ -124,11 +125,32 @@ export const commandRoutes: FastifyPluginAsyncTypebox<CommandRoutesOptions> = as
         stdin: proc.meta.stdin,
         started_at: proc.startedAt.toISOString(),
         running: proc.running,
-        ...(proc.exit ? { exit_code: proc.exit.exit_code } : {}),
+        ...(proc.exit ? { exit_code: proc.exit.exit_code, reason: proc.exit.reason } : {}),
         ...(proc.endedAt && !proc.running ? { ended_at: proc.endedAt.toISOString() } : {}),
         ...(proc.ptySize ? { pty: proc.ptySize } : {}),
+        ...(proc.meta.limits ? { limits: proc.meta.limits } : {}),
+        ...(proc.running && proc.cgroup ? { stats: processes.stats(proc) } : {}),
       })),
     }),
+  );
+
+  app.get(
+    '/:pid/stats',
+    {
+      schema: {
+        summary: "What a command's cgroup uses: CPU time, memory now and at its peak, processes (409 without cgroups)",
+        params: PidParams,
+        response: { 200: CommandStats, ...errors },
+      },
+    },
+    async (request) => {
+      const proc = tracked(request.params.pid);
+      const refused = processes.limitsRefused();
+      if (refused !== undefined) throw conflict(`stats: ${refused}`);
+      const stats = processes.stats(proc);
+      if (!stats) throw conflict(`pid ${proc.pid} was started before envd ran commands in cgroups`);
+      return stats;
+    },
   );
 
   app.get(

@@ -1,4 +1,5 @@
 import { Type, type Static } from '@sinclair/typebox';
+import { Limits } from '../cgroups/limits.js';
 
 /** setTimeout holds at most 2^31-1 ms; a longer timeout would fire at once, so it is refused instead. */
 export const MAX_TIMEOUT_SECONDS = Math.floor((2 ** 31 - 1) / 1000);
@@ -26,7 +27,18 @@ const commandFields = {
   envs: Type.Optional(Type.Record(Type.String(), Type.String(), { description: 'Merged over the sandbox envs for this command only' })),
   timeout: Type.Optional(Type.Number({ minimum: 0, maximum: MAX_TIMEOUT_SECONDS, description: 'Seconds; 0 or absent means none. On expiry the whole tree gets SIGKILL' })),
   user: Type.Optional(Type.String({ minLength: 1, description: 'Unix user; default: default_user' })),
+  limits: Type.Optional(Limits),
 };
+
+/** Why a command ended (docs/api.md, "Why it ended"). */
+export const REASONS = ['exited', 'signaled', 'killed', 'timed_out', 'oom_killed', 'pids_exhausted'] as const;
+export type Reason = (typeof REASONS)[number];
+const Reason = Type.Unsafe<Reason>(
+  Type.String({
+    enum: [...REASONS],
+    description: 'exited (on its own), signaled (by a signal nobody asked envd for), killed (a request: DELETE, a client gone), timed_out, oom_killed (memory.events oom_kill), pids_exhausted (pids.events max)',
+  }),
+);
 
 export const StartBody = Type.Object(
   {
@@ -45,6 +57,7 @@ export const CommandResult = Type.Object({
   stdout: Type.String(),
   stderr: Type.String(),
   exit_code: Type.Integer({ description: '124 on timeout; 128 + n when signal n ended the shell' }),
+  reason: Reason,
   timed_out: Type.Optional(Type.Literal(true)),
   signal: Type.Optional(Type.String({ description: 'The signal that ended the shell, e.g. "SIGKILL"' })),
   stdout_truncated: Type.Optional(Type.Literal(true)),
@@ -55,12 +68,23 @@ export type CommandResult = Static<typeof CommandResult>;
 /** How a command ended: the `exit` event, and the non-output part of a CommandResult. */
 export const ExitInfo = Type.Object({
   exit_code: Type.Integer(),
+  reason: Reason,
   timed_out: Type.Optional(Type.Literal(true)),
   signal: Type.Optional(Type.String()),
 });
 export type ExitInfo = Static<typeof ExitInfo>;
 
 export const BackgroundStarted = Type.Object({ pid: Type.Integer() });
+
+export const CommandStats = Type.Object(
+  {
+    cpu_usec: Type.Integer({ description: 'CPU time of the whole tree (cpu.stat usage_usec)' }),
+    memory_bytes: Type.Integer({ description: 'memory.current' }),
+    memory_peak_bytes: Type.Union([Type.Integer(), Type.Null()], { description: 'memory.peak (null before kernel 5.19)' }),
+    pids: Type.Integer({ description: 'pids.current: processes and threads now' }),
+  },
+  { description: "What the command's cgroup has used (cgroup mode only)" },
+);
 
 export const ProcessInfo = Type.Object({
   pid: Type.Integer(),
@@ -73,8 +97,11 @@ export const ProcessInfo = Type.Object({
   started_at: Type.String({ format: 'date-time' }),
   running: Type.Boolean(),
   exit_code: Type.Optional(Type.Integer()),
+  reason: Type.Optional(Reason),
   ended_at: Type.Optional(Type.String({ format: 'date-time', description: 'When a finished command ended' })),
   pty: Type.Optional(ptySize('The terminal\'s current size, for commands on a pty')),
+  limits: Type.Optional(Limits),
+  stats: Type.Optional(CommandStats),
 });
 export type ProcessInfo = Static<typeof ProcessInfo>;
 

@@ -1,3 +1,4 @@
+import { checkLimits, mergeLimits, type Limits } from '../cgroups/limits.js';
 import { accessSync, constants } from 'node:fs';
 import { stat } from 'node:fs/promises';
 import { isAbsolute, join } from 'node:path';
@@ -25,6 +26,7 @@ export interface CommandRequest {
   envs?: Record<string, string> | undefined;
   user?: string | undefined;
   stdin?: boolean | undefined;
+  limits?: Limits | undefined;
 }
 
 /** Who the holder makes the command's process before it runs it (it stays root itself). */
@@ -48,6 +50,8 @@ export interface PreparedCommand {
   argv: string[] | undefined;
   /** Undefined: the command runs as envd does. */
   switchTo: UserSwitch | undefined;
+  /** The request's limits over the sandbox's default_limits; undefined when neither has any. */
+  limits: Limits | undefined;
 }
 
 /**
@@ -87,7 +91,8 @@ export async function prepareCommand(request: CommandRequest, state: SandboxStat
   const [file, args] = request.args !== undefined ? [findProgram(cmd, env.PATH!), request.args] : shellCommand(cmd, user);
   // The holder enters the user itself (groups from /etc/group, then gid, then uid): no setpriv in the image.
   const switchTo = runningUid === 0 && user.uid !== 0 ? { uid: user.uid, gid: user.gid, groups: await userGroups(user) } : undefined;
-  return { cmd, pty: request.pty, user, cwd, env, file, args, stdin: request.stdin ?? false, argv: request.args, switchTo };
+  const limits = mergeLimits(state.defaultLimits, request.limits && checkLimits(request.limits, 'body/limits'));
+  return { cmd, pty: request.pty, user, cwd, env, file, args, stdin: request.stdin ?? false, argv: request.args, switchTo, limits };
 }
 
 /**

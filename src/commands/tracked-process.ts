@@ -9,6 +9,7 @@ import { HolderLink } from './holder-link.js';
 import { KeptLog } from './kept-log.js';
 import { killProcessTrees, signalGroup, signalProcess, type TreeRoot } from './kill-tree.js';
 import { monotonicMs, processState, readHolderStatus, writeMeta, type CommandMeta, type HolderPids, type PtySize } from './meta.js';
+import type { CommandCgroups } from '../cgroups/command-cgroups.js';
 import type { ExitInfo } from './schemas.js';
 
 /** The exit code a timed-out command reports, as coreutils `timeout` does. */
@@ -111,6 +112,8 @@ export interface TrackedProcessInit {
   reaped: boolean;
   /** Re-adopted after a restart of envd: kept once finished, whoever started it (its client is gone). */
   adopted: boolean;
+  /** Its cgroup (cgroup mode): known before the link can report the end (a command that ended while envd was down). */
+  cgroup?: { cgroups: CommandCgroups; id: string } | undefined;
   logEnd: number;
   logger: Logger;
 }
@@ -182,6 +185,7 @@ export class TrackedProcess {
     this.logger = init.logger;
     this.reaped = init.reaped;
     this.logEnd = init.logEnd;
+    this.cgroup = init.cgroup;
     this.finished = new Promise((resolve) => (this.resolveFinished = resolve));
     if (init.link) this.attach(init.link);
     if (init.meta.deadline_ms !== null) this.armTimeout(init.meta.deadline_ms);
@@ -371,11 +375,30 @@ export class TrackedProcess {
     this.updateFlow();
   }
 
-  /** SIGKILL to the whole tree. Safe after exit: then only leftovers still in the group are hit. */
+  /**
+   * SIGKILL to the whole tree: its cgroup's cgroup.kill where it has one (no
+   * race with a fork loop), else the /proc walk. Safe after exit: then only
+   * leftovers are hit. A running command is recorded as killed first (reason
+   * "killed", kept for an envd restarted meanwhile), unless its timeout did it.
+   */
   kill(): number[] {
+    if (this.detached) return [];
+    if (this.running && !this.timedOut && !this.killedOnRequest) {
+      this.killedOnRequest = true;
+      try {
+        writeFileSync(join(this.dir, 'killed'), '', { mode: 0o600 });
+      } catch (error) {
+        this.logger.warn({ err: error, pid: this.pid }, 'could not record the kill');
+      }
+    }
+    if (this.cgroup?.cgroups.kill(this.cgroup.id)) return [];
     const tree = this.tree();
     return tree ? killProcessTrees([tree]) : [];
   }
+
+  /** The command's own cgroup (cgroup mode): its limits, cgroup.kill, and why it ended. */
+  cgroup: { cgroups: CommandCgroups; id: string } | undefined;
+  private killedOnRequest = false;
 
   /** What kill() would kill, for killing many commands in one pass (registry.killAll). */
   tree(): TreeRoot | undefined {
@@ -610,7 +633,9 @@ export class TrackedProcess {
     this.reaped = true;
     clearTimeout(this.timeoutTimer);
     const timedOut = this.timedOut || (await fileExists(join(this.dir, 'timed_out')));
-    const exit = describeExit(end.exitCode, end.signal, timedOut);
+    const killed = this.killedOnRequest || (await fileExists(join(this.dir, 'killed')));
+    const cgroupEnd = this.cgroup ? this.cgroup.cgroups.end(this.cgroup.id) : { oomKilled: false, pidsExhausted: false };
+    const exit = describeExit(end.exitCode, end.signal, { timedOut, killed, ...cgroupEnd });
     this.exitInfo = exit;
     for (const [subscriber, state] of this.subscribers) {
       if (state === 'live') {
@@ -626,11 +651,25 @@ export class TrackedProcess {
   }
 }
 
-/** How the command ended, as the API reports it. */
-export function describeExit(exitCode: number, signal: number, timedOut: boolean): ExitInfo {
-  if (timedOut) return { exit_code: TIMEOUT_EXIT_CODE, timed_out: true };
-  if (signal > 0) return { exit_code: 128 + signal, signal: SIGNAL_NAMES.get(signal) ?? `SIG${signal}` };
-  return { exit_code: exitCode < 0 ? 1 : exitCode };
+/** What envd and the command's cgroup know of why a command ended, beyond its exit status. */
+export interface EndCauses {
+  timedOut: boolean;
+  /** A request ended it: DELETE, the client of a foreground command or stream gone. */
+  killed: boolean;
+  oomKilled: boolean;
+  pidsExhausted: boolean;
+}
+
+/**
+ * How the command ended, as the API reports it. The reason says why, most
+ * telling first: what envd was asked to do (timeout, kill), then what the
+ * kernel did (the OOM killer, a full pids.max), then the status itself.
+ */
+export function describeExit(exitCode: number, signal: number, causes: EndCauses): ExitInfo {
+  if (causes.timedOut) return { exit_code: TIMEOUT_EXIT_CODE, reason: 'timed_out', timed_out: true };
+  const status = signal > 0 ? { exit_code: 128 + signal, signal: SIGNAL_NAMES.get(signal) ?? `SIG${signal}` } : { exit_code: exitCode < 0 ? 1 : exitCode };
+  const reason = causes.killed ? 'killed' : causes.oomKilled ? 'oom_killed' : causes.pidsExhausted && (signal > 0 || exitCode !== 0) ? 'pids_exhausted' : signal > 0 ? 'signaled' : 'exited';
+  return { ...status, reason };
 }
 
 /** When the holder wrote its status (the command's end, for one that ended while envd was down); now if it cannot tell. */

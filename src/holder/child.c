@@ -72,6 +72,18 @@ void run_child(const struct child_setup *setup) {
     close(oom);
   }
   /*
+   * Into the command's own cgroup (its limits, and cgroup.kill for the whole
+   * tree) before anything of the user's runs; the holder itself stays outside,
+   * so that killing the cgroup never takes the one who reports the exit.
+   */
+  if (opt.cgroup) {
+    char procs[4096];
+    int fd = -1;
+    if ((size_t)snprintf(procs, sizeof procs, "%s/cgroup.procs", opt.cgroup) < sizeof procs) fd = open(procs, O_WRONLY | O_CREAT | O_CLOEXEC, 0644); /* O_CREAT: a test's plain-file layout; cgroupfs has it */
+    if (fd < 0 || write(fd, "0", 1) != 1) fail_child(2, CHILD_EXIT_CGROUP, "cannot join the command's cgroup ", opt.cgroup);
+    close(fd);
+  }
+  /*
    * The user last, once the terminal, stdio and the OOM score are set up as root (after setuid /proc/self is
    * root's again, the process no longer being dumpable): groups, then gid, then uid, after which none can change.
    */

@@ -15,6 +15,7 @@
  * pipe, or its terminal), and an exit status of its own for each kind.
  */
 enum {
+  CHILD_EXIT_CGROUP = 120,    /* the command's cgroup could not be joined: it would run without its limits */
   CHILD_EXIT_STDIO = 121,     /* stdin, stdout or stderr could not be set up (dup2, /dev/null) */
   CHILD_EXIT_SESSION = 122,   /* setsid failed: the command would share envd's session */
   CHILD_EXIT_TERMINAL = 123,  /* the terminal could not become the controlling terminal (TIOCSCTTY) */

@@ -90,11 +90,12 @@ void parse_options(int argc, char **argv) {
     else if (strcmp(a, "--pty") == 0) parse_pty(v);
     else if (strcmp(a, "--hold-output") == 0) opt.hold_output_ms = parse_u64(a, v);
     else if (strcmp(a, "--user") == 0) parse_user(v);
+    else if (strcmp(a, "--cgroup") == 0) opt.cgroup = v;
     else fail("unknown option %s", a);
     i++;
   }
   if (!opt.dir || !opt.usage || !opt.spool_dir || !have_slot || !have_mem || !have_spool || !have_cap)
-    fail("usage: envd-holder --dir D --usage F --slot N --memory-budget B --spool-dir D --spool-budget B --cap B [--stdin] [--pty CxR] [--hold-output MS] [--user UID:GID[:GROUP,...]] -- FILE [ARGS...]");
+    fail("usage: envd-holder --dir D --usage F --slot N --memory-budget B --spool-dir D --spool-budget B --cap B [--stdin] [--pty CxR] [--hold-output MS] [--user UID:GID[:GROUP,...]] [--cgroup DIR] -- FILE [ARGS...]");
   /* Segment paths are listed as absolute paths, and the holder's cwd is the command's. */
   if (opt.dir[0] != '/' || opt.spool_dir[0] != '/') fail("--dir and --spool-dir must be absolute paths");
   if (i >= argc) fail("no command after --");

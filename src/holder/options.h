@@ -26,6 +26,7 @@ struct options {
   uint64_t hold_output_ms; /* read nothing until the first client says LIVE_ON or LIVE_OFF, at most this long (live.h) */
   unsigned short cols, rows;
   /* --user: who the command runs as (the holder stays root); unset: as the holder. */
+  const char *cgroup;    /* --cgroup: the cgroup v2 directory the command joins before exec, or NULL */
   int switch_user;
   uid_t uid;
   gid_t gid;

@@ -1,7 +1,8 @@
 import type { Static } from '@sinclair/typebox';
 import { stat } from 'node:fs/promises';
 import { isAbsolute } from 'node:path';
-import { badRequest } from '../errors.js';
+import { checkLimits, type Limits } from '../cgroups/limits.js';
+import { badRequest, conflict } from '../errors.js';
 import type { SandboxState } from '../sandbox-state.js';
 import { resolveUser } from '../users.js';
 import type { InitBody } from './schemas.js';
@@ -14,6 +15,7 @@ export interface InitPlan {
   envs?: Record<string, string>;
   defaultUser?: string;
   defaultWorkdir?: string;
+  defaultLimits?: Limits;
   timestampMs?: number;
 }
 
@@ -21,13 +23,17 @@ export interface InitPlan {
  * Checks every field of an /init body before anything changes, so a body
  * with one bad field leaves the sandbox exactly as it was.
  */
-export async function validateInit(body: InitRequest): Promise<InitPlan> {
+export async function validateInit(body: InitRequest, limitsRefused?: string): Promise<InitPlan> {
   const plan: InitPlan = {};
   if (body.access_token !== undefined) plan.accessToken = body.access_token;
   if (body.envs !== undefined) plan.envs = checkEnvs(body.envs);
   if (body.timestamp !== undefined) plan.timestampMs = parseTimestamp(body.timestamp);
   if (body.default_user !== undefined) plan.defaultUser = (await resolveUser(body.default_user, 'default_user')).name;
   if (body.default_workdir !== undefined) plan.defaultWorkdir = await checkWorkdir(body.default_workdir);
+  if (body.default_limits !== undefined) {
+    if (limitsRefused !== undefined && Object.keys(body.default_limits).length > 0) throw conflict(`default_limits: ${limitsRefused}`);
+    plan.defaultLimits = checkLimits(body.default_limits, 'default_limits');
+  }
   return plan;
 }
 
@@ -41,6 +47,7 @@ export function applyInit(state: SandboxState, plan: InitPlan): void {
   if (plan.envs !== undefined) state.envs = plan.envs;
   if (plan.defaultUser !== undefined) state.defaultUser = plan.defaultUser;
   if (plan.defaultWorkdir !== undefined) state.defaultWorkdir = plan.defaultWorkdir;
+  if (plan.defaultLimits !== undefined) state.defaultLimits = Object.keys(plan.defaultLimits).length > 0 ? plan.defaultLimits : undefined;
 }
 
 /** A copy (the caller's object is not kept) of envs that a process environment can actually hold. */

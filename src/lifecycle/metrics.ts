@@ -28,6 +28,7 @@ export class MetricsReader {
   constructor(
     private readonly countTracked: () => number,
     private readonly keptOutput: () => { memory: number; spool: number },
+    private readonly commands: () => CommandsFigures = () => ({ commands_mode: 'proc' }),
   ) {}
 
   async read(): Promise<Metrics> {
@@ -51,6 +52,7 @@ export class MetricsReader {
       envd_rss_bytes: process.memoryUsage.rss(),
       ...keptOutputFigures(this.keptOutput()),
       uptime_s: Number(uptime.split(' ')[0]),
+      ...this.commands(),
     };
   }
 
@@ -78,6 +80,15 @@ export function parseProcStat(text: string): { times: CpuTimes; cpuCount: number
 function meminfoKib(text: string, key: string): number {
   const match = new RegExp(`^${key}:\\s+(\\d+)`, 'm').exec(text);
   return match ? Number(match[1]) : 0;
+}
+
+/** How envd runs commands (cgroup or proc mode), and in cgroup mode what they all use together. */
+export interface CommandsFigures {
+  commands_mode: 'cgroup' | 'proc';
+  commands_mode_reason?: string;
+  commands_cpu_usec?: number;
+  commands_memory_bytes?: number;
+  commands_pids?: number;
 }
 
 function keptOutputFigures({ memory, spool }: { memory: number; spool: number }) {

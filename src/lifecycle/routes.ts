@@ -26,6 +26,7 @@ export const lifecycleRoutes: FastifyPluginAsyncTypebox<LifecycleRoutesOptions> 
   const metrics = new MetricsReader(
     () => processes.size,
     () => processes.usage(),
+    () => processes.commandsFigures(),
   );
   const tokenFile = config.accessTokenFile === undefined ? undefined : new TokenFile(config.accessTokenFile, log);
 
@@ -55,7 +56,7 @@ export const lifecycleRoutes: FastifyPluginAsyncTypebox<LifecycleRoutesOptions> 
       },
     },
     async (request, reply) => {
-      const plan = await validateInit(request.body);
+      const plan = await validateInit(request.body, processes.limitsRefused());
       // From here to the end of this block nothing awaits: the whole plan lands at once.
       applyInit(state, plan);
       const sync = plan.timestampMs === undefined ? undefined : clock.sync(plan.timestampMs);

@@ -1,3 +1,4 @@
+import { Limits } from '../cgroups/limits.js';
 import { Type, type TObject, type TString } from '@sinclair/typebox';
 import { ErrorSchema } from '../errors.js';
 
@@ -24,6 +25,7 @@ export const InitBody = Type.Object(
     envs: Type.Optional({ ...EnvsSchema, description: 'Replaces the sandbox envs (no merge)' }),
     default_user: Type.Optional(Type.String({ minLength: 1, description: 'Unix user for commands and file ownership when a request names none' })),
     default_workdir: Type.Optional(Type.String({ minLength: 1, description: 'Absolute path of an existing directory' })),
+    default_limits: Type.Optional({ ...Limits, description: "Limits for every command that names none of its own (each field separately); {} clears them" }),
     timestamp: Type.Optional(
       Type.String({ pattern: ISO_8601, description: "The host's current time, ISO 8601 (e.g. 2026-01-02T03:04:05.678Z)" }),
     ),
@@ -45,6 +47,11 @@ export const MetricsSchema = Type.Object({
   output_memory_bytes: Type.Integer({ minimum: 0, description: 'Kept command output held in memory (tmpfs under the state dir), all commands together' }),
   output_spool_bytes: Type.Integer({ minimum: 0, description: 'Kept command output in the spool on disk, all commands together' }),
   uptime_s: Type.Number({ minimum: 0, description: 'System uptime from /proc/uptime' }),
+  commands_mode: Type.String({ enum: ['cgroup', 'proc'], description: 'cgroup: a cgroup v2 per command (limits, cgroup.kill, reasons oom_killed and pids_exhausted); proc: the /proc walk, no limits' }),
+  commands_mode_reason: Type.Optional(Type.String({ description: 'Why envd runs without cgroups (proc mode)' })),
+  commands_cpu_usec: Type.Optional(Type.Integer({ minimum: 0, description: 'CPU time of all commands together (cgroup mode)' })),
+  commands_memory_bytes: Type.Optional(Type.Integer({ minimum: 0, description: 'memory.current of all commands together (cgroup mode)' })),
+  commands_pids: Type.Optional(Type.Integer({ minimum: 0, description: 'Processes and threads of all commands now (cgroup mode)' })),
 });
 
 export const OpenApiSchema = Type.Object(

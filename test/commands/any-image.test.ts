@@ -40,7 +40,7 @@ describe('a program without a shell (args)', () => {
   it('runs the program with its arguments as they are: no expansion, no profile', async () => {
     const { status, body } = await fixture.server.json('POST', '/commands', { cmd: 'printf', args: ['%s|', 'a b', '$HOME', '*'] });
     expect(status).toBe(200);
-    expect(body).toEqual({ stdout: 'a b|$HOME|*|', stderr: '', exit_code: 0 });
+    expect(body).toEqual({ stdout: 'a b|$HOME|*|', stderr: '', exit_code: 0, reason: 'exited' });
   });
 
   it('lists the arguments, and answers 400 for a program that is not in PATH or not executable', async () => {

@@ -5,7 +5,7 @@ import { startServer, type TestServer } from '../helpers/server.js';
 
 const fixture = useCommandServer();
 
-const NOT_FOUND = { stdout: '', stderr: 'process not found', exit_code: 1 };
+const NOT_FOUND = { stdout: '', stderr: 'process not found', exit_code: 1, reason: 'exited' };
 
 const startBackground = async (body: Record<string, unknown>): Promise<number> => {
   const { status, body: answer } = await fixture.server.json('POST', '/commands', { ...body, background: true });
@@ -28,7 +28,7 @@ describe('background commands', () => {
 
   it('wait blocks until exit and returns the result; the command stays readable, listed only when finished ones are asked for, until DELETE', async () => {
     const pid = await startBackground({ cmd: 'sleep 0.5; echo late; exit 3' });
-    const result = { stdout: 'late\n', stderr: '', exit_code: 3 };
+    const result = { stdout: 'late\n', stderr: '', exit_code: 3, reason: 'exited' };
     expect((await fixture.server.json('GET', `/commands/${pid}/wait`)).body).toEqual(result);
     // Collected: a second wait gives the same answer, the default listing leaves it out, ?finished=true shows when it ended.
     expect((await fixture.server.json('GET', `/commands/${pid}/wait`)).body).toEqual(result);
@@ -82,7 +82,7 @@ describe('stdin', () => {
     expect(await fixture.server.json('POST', `/commands/${pid}/stdin`, { data: 'first\n' })).toEqual({ status: 200, body: {} });
     expect(await fixture.server.json('POST', `/commands/${pid}/stdin`, { data: 'sécond\nthird\n' })).toEqual({ status: 200, body: {} });
     expect(await fixture.server.json('DELETE', `/commands/${pid}/stdin`)).toEqual({ status: 200, body: {} });
-    expect((await fixture.server.json('GET', `/commands/${pid}/wait`)).body).toEqual({ stdout: 'got:first\ngot:sécond\ngot:third\neof\n', stderr: '', exit_code: 0 });
+    expect((await fixture.server.json('GET', `/commands/${pid}/wait`)).body).toEqual({ stdout: 'got:first\ngot:sécond\ngot:third\neof\n', stderr: '', exit_code: 0, reason: 'exited' });
   });
 
   it('is 409 after it was closed, and closing twice is fine', async () => {
@@ -132,12 +132,12 @@ describe('the output cap (--max-output-bytes 1000)', () => {
 
   it('keeps exactly the cap without a truncation flag', async () => {
     const body = await print('head -c 1000 /dev/zero | tr "\\0" "e"');
-    expect(body).toEqual({ stdout: 'e'.repeat(1000), stderr: '', exit_code: 0 });
+    expect(body).toEqual({ stdout: 'e'.repeat(1000), stderr: '', exit_code: 0, reason: 'exited' });
   });
 
   it('keeps the first cap bytes of a longer output and says it truncated', async () => {
     const body = await print('head -c 1001 /dev/zero | tr "\\0" "e"');
-    expect(body).toEqual({ stdout: 'e'.repeat(1000), stderr: '', exit_code: 0, stdout_truncated: true });
+    expect(body).toEqual({ stdout: 'e'.repeat(1000), stderr: '', exit_code: 0, reason: 'exited', stdout_truncated: true });
   });
 
   it('never cuts a character in half at the cap', async () => {
@@ -150,6 +150,6 @@ describe('the output cap (--max-output-bytes 1000)', () => {
     const body = await print('head -c 5000000 /dev/zero | tr "\\0" "f"; head -c 3000 /dev/zero | tr "\\0" "g" >&2; echo after');
     expect(body.stdout).toBe('f'.repeat(1000));
     expect(body.stderr).toBe('g'.repeat(1000));
-    expect(body).toMatchObject({ exit_code: 0, stdout_truncated: true, stderr_truncated: true });
+    expect(body).toMatchObject({ exit_code: 0, reason: 'exited', stdout_truncated: true, stderr_truncated: true });
   });
 });

@@ -64,7 +64,7 @@ describe('direct output', () => {
     expect(await drain(stream)).toEqual([
       { event: 'stdout', data: { stream: 'stdout', data: 'thr\u00e9e' } },
       { event: 'stderr', data: { stream: 'stderr', data: 'done\n' } },
-      { event: 'exit', data: { exit_code: 0 } },
+      { event: 'exit', data: { exit_code: 0, reason: 'exited' } },
     ]);
   });
 
@@ -97,7 +97,7 @@ describe('direct output', () => {
       await server.json('POST', `/commands/${pid}/stdin`, { data: 'a\u00e9\n' });
       expect(await drain(stream)).toEqual([
         { event: 'stdout', data: { stream: 'stdout', data: 'a\u00e9' } },
-        { event: 'exit', data: { exit_code: 0 } },
+        { event: 'exit', data: { exit_code: 0, reason: 'exited' } },
       ]);
     } finally {
       await server.close();

@@ -37,14 +37,14 @@ describe('killing commands', () => {
     const started = await fixture.server.json('POST', '/commands', { cmd, timeout: 1.5, background: true });
     await waitFor(allThreeRunning(marker), 10_000, 'the tree to start');
     const { body } = await fixture.server.json('GET', `/commands/${started.body.pid}/wait`);
-    expect(body).toMatchObject({ stdout: 'started\n', exit_code: 124, timed_out: true });
+    expect(body).toMatchObject({ stdout: 'started\n', exit_code: 124, reason: 'timed_out', timed_out: true });
     await waitFor(noneLeft(marker), 5_000, 'every process of the tree to be gone');
   });
 
   it('a foreground timeout answers with 124 and timed_out', async () => {
     const { marker, cmd } = treeCommand();
     const { body } = await fixture.server.json('POST', '/commands', { cmd, timeout: 1 });
-    expect(body).toMatchObject({ stdout: 'started\n', exit_code: 124, timed_out: true });
+    expect(body).toMatchObject({ stdout: 'started\n', exit_code: 124, reason: 'timed_out', timed_out: true });
     await waitFor(noneLeft(marker), 5_000, 'every process of the tree to be gone');
   });
 
@@ -54,7 +54,7 @@ describe('killing commands', () => {
     await waitFor(allThreeRunning(marker), 10_000, 'the tree to start');
     expect(await fixture.server.json('DELETE', `/commands/${started.pid}`)).toEqual({ status: 200, body: { killed: true } });
     await waitFor(noneLeft(marker), 5_000, 'every process of the tree to be gone');
-    expect((await fixture.server.json('GET', `/commands/${started.pid}/wait`)).body).toEqual({ stdout: '', stderr: 'process not found', exit_code: 1 });
+    expect((await fixture.server.json('GET', `/commands/${started.pid}/wait`)).body).toEqual({ stdout: '', stderr: 'process not found', exit_code: 1, reason: 'exited' });
     expect(await fixture.server.json('DELETE', `/commands/${started.pid}`)).toEqual({ status: 200, body: { killed: false } });
   });
 
@@ -83,7 +83,7 @@ describe('killing commands', () => {
     await fixture.server.json('POST', `/commands/${started.pid}/signal`, { signal: 'SIGSTOP' });
     await waitFor(() => /\) T /.test(readStat(started.pid)), 5_000, 'the shell to stop');
     await fixture.server.json('POST', `/commands/${started.pid}/signal`, { signal: 'SIGCONT' });
-    expect((await fixture.server.json('GET', `/commands/${started.pid}/wait`)).body).toMatchObject({ stdout: 'woke\n', exit_code: 0 });
+    expect((await fixture.server.json('GET', `/commands/${started.pid}/wait`)).body).toMatchObject({ stdout: 'woke\n', exit_code: 0, reason: 'exited' });
   });
 
   it('refuses an unknown signal with 400 and an untracked pid with 404', async () => {
@@ -111,7 +111,7 @@ describe('killing commands', () => {
     const marker = `envd-daemon-${randomBytes(4).toString('hex')}`;
     fixture.markers.push(marker);
     const { body } = await fixture.server.json('POST', '/commands', { cmd: `(exec -a ${marker} sleep 1000 &); echo started` });
-    expect(body).toEqual({ stdout: 'started\n', stderr: '', exit_code: 0 });
+    expect(body).toEqual({ stdout: 'started\n', stderr: '', exit_code: 0, reason: 'exited' });
     expect(findProcesses(marker)).toHaveLength(1);
   });
 

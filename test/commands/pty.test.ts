@@ -81,7 +81,7 @@ describe('commands on a pty', () => {
     await out.until(/still-2/);
     await type(pid, 'exit 5\n');
     await out.done;
-    expect(out.exit).toEqual({ exit_code: 5 });
+    expect(out.exit).toEqual({ exit_code: 5, reason: 'exited' });
     expect((await fixture.server.json('GET', `/commands/${pid}/wait`)).body).toMatchObject({ exit_code: 5, stderr: '' });
   });
 
@@ -101,7 +101,7 @@ describe('commands on a pty', () => {
     await out.until(/load average/);
     await type(pid, 'q');
     await out.done;
-    expect(out.exit).toEqual({ exit_code: 0 });
+    expect(out.exit).toEqual({ exit_code: 0, reason: 'exited' });
     // Escape sequences arrive as they are.
     expect(out.text).toContain('\u001b[');
   });
@@ -134,7 +134,7 @@ describe('commands on a pty', () => {
     const out = follow(pid);
     await out.done;
     expect(out.text).toBe('first-line\r\nsecond-line\r\n');
-    expect(out.exit).toEqual({ exit_code: 0 });
+    expect(out.exit).toEqual({ exit_code: 0, reason: 'exited' });
     await fixture.server.json('GET', `/commands/${pid}/wait`);
   });
 

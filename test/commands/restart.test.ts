@@ -66,8 +66,8 @@ describe('restarting envd', () => {
     await new Promise((r) => setTimeout(r, 800));
     const second = await start();
     const listed = (await second.json('GET', '/commands')).body.processes.find((p: any) => p.pid === pid);
-    expect(listed).toMatchObject({ running: false, exit_code: 5 });
-    expect((await second.json('GET', `/commands/${pid}/wait`)).body).toEqual({ stdout: 'bye\n', stderr: '', exit_code: 5 });
+    expect(listed).toMatchObject({ running: false, exit_code: 5, reason: 'exited' });
+    expect((await second.json('GET', `/commands/${pid}/wait`)).body).toEqual({ stdout: 'bye\n', stderr: '', exit_code: 5, reason: 'exited' });
   });
 
   it('keeps stdin working across the restart', async () => {
@@ -78,7 +78,7 @@ describe('restarting envd', () => {
     const second = await restart(first);
     expect((await second.json('POST', `/commands/${pid}/stdin`, { data: 'after\n' })).status).toBe(200);
     expect((await second.json('DELETE', `/commands/${pid}/stdin`)).status).toBe(200);
-    expect((await second.json('GET', `/commands/${pid}/wait`)).body).toEqual({ stdout: 'before\nafter\n', stderr: '', exit_code: 0 });
+    expect((await second.json('GET', `/commands/${pid}/wait`)).body).toEqual({ stdout: 'before\nafter\n', stderr: '', exit_code: 0, reason: 'exited' });
   });
 
   it('re-adopts a streamed command: listed, attach replays what came before and follows live, wait has it all', async () => {
@@ -106,7 +106,7 @@ describe('restarting envd', () => {
       if (event.event === 'exit') exit = event.data;
     }
     expect(stdout).toBe(Array.from({ length: 10 }, (_, i) => `line ${i + 1}\n`).join(''));
-    expect(exit).toEqual({ exit_code: 0 });
+    expect(exit).toEqual({ exit_code: 0, reason: 'exited' });
     // A streamed command whose client went with the old envd is kept until someone waits for it.
     expect((await second.json('GET', `/commands/${pid}/wait`)).body.stdout).toBe(stdout);
   });
@@ -129,7 +129,7 @@ describe('restarting envd', () => {
     const first = await start();
     const pid = await background(first, { cmd: 'sleep 100', timeout: 1 });
     const second = await restart(first);
-    expect((await second.json('GET', `/commands/${pid}/wait`)).body).toEqual({ stdout: '', stderr: '', exit_code: 124, timed_out: true });
+    expect((await second.json('GET', `/commands/${pid}/wait`)).body).toEqual({ stdout: '', stderr: '', exit_code: 124, reason: 'timed_out', timed_out: true });
   });
 
   it('survives kill -9 of the bundle: a command printing every 100 ms loses nothing across the gap', async () => {

@@ -37,7 +37,7 @@ describe('resuming a stream', () => {
       for (const how of ['header', 'query'] as const) {
         const resumed = await collectEvents(await attach(fixture.server, pid, event.id, how), { ids: true });
         expect(resumed[0]).toEqual({ event: 'start', data: { pid } });
-        expect(resumed.at(-1)).toEqual({ event: 'exit', data: { exit_code: 0 } });
+        expect(resumed.at(-1)).toEqual({ event: 'exit', data: { exit_code: 0, reason: 'exited' } });
         expect(textOf(resumed), `after event ${i} (${how})`).toBe(textOf(rest));
         expect(textOf(resumed, 'stderr'), `after event ${i} (${how})`).toBe(textOf(rest, 'stderr'));
       }
@@ -80,7 +80,7 @@ describe('resuming a stream', () => {
       const events = await collectEvents(await attach(server, pid), { ids: true });
       expect(textOf(events)).toBe('a'.repeat(1000));
       expect(events.filter((e) => e.event === 'truncated')).toEqual([{ event: 'truncated', data: { stream: 'stdout', bytes: 4000 }, id: '5000-4' }]);
-      expect(events.at(-1)).toEqual({ event: 'exit', data: { exit_code: 0 } });
+      expect(events.at(-1)).toEqual({ event: 'exit', data: { exit_code: 0, reason: 'exited' } });
       // Resumed inside what was kept: the rest of it, then the gap.
       const resumed = await collectEvents(await attach(server, pid, '600-0'), { ids: true });
       expect(textOf(resumed)).toBe('a'.repeat(400));
@@ -116,7 +116,7 @@ describe('wait with timeout_ms', () => {
     const pid = await background(fixture.server, { cmd: 'sleep 0.6; echo done' });
     const early = await fixture.server.json('GET', `/commands/${pid}/wait?timeout_ms=100`);
     expect(early).toEqual({ status: 408, body: { message: `pid ${pid} is still running after 100 ms; wait again` } });
-    expect((await fixture.server.json('GET', `/commands/${pid}/wait?timeout_ms=5000`)).body).toEqual({ stdout: 'done\n', stderr: '', exit_code: 0 });
+    expect((await fixture.server.json('GET', `/commands/${pid}/wait?timeout_ms=5000`)).body).toEqual({ stdout: 'done\n', stderr: '', exit_code: 0, reason: 'exited' });
     for (const bad of ['-1', 'x', '2147483648', '1.5']) expect((await fixture.server.json('GET', `/commands/${pid}/wait?timeout_ms=${bad}`)).status, bad).toBe(400);
     expect((await fixture.server.json('GET', `/commands/${pid}/wait?timeout_ms=0`)).status).toBe(200);
   });
@@ -173,7 +173,7 @@ describe('finished commands kept on purpose', () => {
       expect(listed).toHaveLength(1);
       const pid = listed[0].pid;
       expect(await (await server.call('GET', `/commands/${pid}/output`)).text()).toBe('kept\n');
-      expect((await server.json('GET', `/commands/${pid}/wait`)).body).toEqual({ stdout: 'kept\n', stderr: '', exit_code: 0 });
+      expect((await server.json('GET', `/commands/${pid}/wait`)).body).toEqual({ stdout: 'kept\n', stderr: '', exit_code: 0, reason: 'exited' });
       await waitFor(() => server.app.envd.processes.get(pid) === undefined, 5_000, 'the command to be freed');
       expect((await server.json('GET', '/commands?finished=true')).body.processes).toEqual([]);
     } finally {

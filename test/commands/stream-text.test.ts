@@ -78,7 +78,7 @@ describe('output decoded and escaped by the holder (live) and by envd (replay)',
       expect(dataLine).toBe(`data: ${JSON.stringify(data)}`);
       return { event: eventLine.slice('event: '.length), data };
     });
-    expect(live.at(-1)).toEqual({ event: 'exit', data: { exit_code: 0 } });
+    expect(live.at(-1)).toEqual({ event: 'exit', data: { exit_code: 0, reason: 'exited' } });
     expect(stdoutOf(live)).toBe(expected);
 
     // The same output replayed from the kept log, decoded by envd.
@@ -127,7 +127,7 @@ describe('output decoded and escaped by the holder (live) and by envd (replay)',
     const events: SseEvent[] = [];
     for await (const event of readEvents(await fixture.server.call('GET', `/commands/${pid}/stream`))) if (event.event !== ':') events.push(event);
     expect(stdoutOf(events)).toBe('before 😀 after \uFFFD');
-    expect(events.at(-1)).toEqual({ event: 'exit', data: { exit_code: 0 } });
+    expect(events.at(-1)).toEqual({ event: 'exit', data: { exit_code: 0, reason: 'exited' } });
     await fixture.server.call('GET', `/commands/${pid}/wait`);
   });
 });

@@ -38,7 +38,7 @@ describe('POST /commands/stream', () => {
       { event: 'stdout', data: { stream: 'stdout', data: 'one\n' } },
       { event: 'stderr', data: { stream: 'stderr', data: 'two\n' } },
       { event: 'stdout', data: { stream: 'stdout', data: 'thrée' } },
-      { event: 'exit', data: { exit_code: 4 } },
+      { event: 'exit', data: { exit_code: 4, reason: 'exited' } },
     ]);
     // Its stream is over: collected, so listed only when finished ones are asked for.
     await waitFor(() => fixture.server.app.envd.processes.get(events[0]!.data.pid)?.collected === true, 5_000, 'the command to be collected');
@@ -84,7 +84,7 @@ describe('POST /commands/stream', () => {
     const stdout = stdoutOf(events);
     expect(stdout.length).toBe(10_000_000);
     expect(/^b+$/.test(stdout)).toBe(true);
-    expect(events.at(-1)).toEqual({ event: 'exit', data: { exit_code: 0 } });
+    expect(events.at(-1)).toEqual({ event: 'exit', data: { exit_code: 0, reason: 'exited' } });
   });
 
   it('keeps a character split across two writes whole and turns broken UTF-8 into U+FFFD', async () => {
@@ -94,7 +94,7 @@ describe('POST /commands/stream', () => {
 
   it('reports a timeout in the exit event', async () => {
     const events = await collectEvents(await fixture.server.call('POST', '/commands/stream', { cmd: 'echo hi; sleep 1000', timeout: 0.5 }));
-    expect(events.at(-1)).toEqual({ event: 'exit', data: { exit_code: 124, timed_out: true } });
+    expect(events.at(-1)).toEqual({ event: 'exit', data: { exit_code: 124, reason: 'timed_out', timed_out: true } });
   });
 
   it('kills the command when the client disconnects', async () => {
@@ -143,7 +143,7 @@ describe('GET /commands/{pid}/stream (attach)', () => {
     const live = [
       { event: 'stdout', data: { stream: 'stdout', data: 'got two\n' } },
       { event: 'stderr', data: { stream: 'stderr', data: 'bye\n' } },
-      { event: 'exit', data: { exit_code: 0 } },
+      { event: 'exit', data: { exit_code: 0, reason: 'exited' } },
     ];
     const rest = async (iterator: AsyncGenerator<SseEvent>) => {
       const events: SseEvent[] = [];
@@ -153,7 +153,7 @@ describe('GET /commands/{pid}/stream (attach)', () => {
     expect(await rest(first)).toEqual(live);
     expect(await rest(second)).toEqual(live);
     expect(proc.subscriberCount).toBe(0);
-    expect((await fixture.server.json('GET', `/commands/${started.pid}/wait`)).body).toEqual({ stdout: 'one\ngot two\n', stderr: 'bye\n', exit_code: 0 });
+    expect((await fixture.server.json('GET', `/commands/${started.pid}/wait`)).body).toEqual({ stdout: 'one\ngot two\n', stderr: 'bye\n', exit_code: 0, reason: 'exited' });
   });
 
   it('replays everything and the exit of a finished background command', async () => {
@@ -163,7 +163,7 @@ describe('GET /commands/{pid}/stream (attach)', () => {
     expect(events).toEqual([
       { event: 'start', data: { pid: started.pid } },
       { event: 'stdout', data: { stream: 'stdout', data: 'done\n' } },
-      { event: 'exit', data: { exit_code: 0 } },
+      { event: 'exit', data: { exit_code: 0, reason: 'exited' } },
     ]);
   });
 
@@ -177,7 +177,7 @@ describe('GET /commands/{pid}/stream (attach)', () => {
       await small.json('POST', `/commands/${started.pid}/stdin`, { data: '\n' });
       const events = await readUntil(iterator, (e) => e.event === 'exit');
       expect(stdoutOf(events)).toBe('c'.repeat(5000));
-      expect((await small.json('GET', `/commands/${started.pid}/wait`)).body).toEqual({ stdout: 'c'.repeat(1000), stderr: '', exit_code: 0, stdout_truncated: true });
+      expect((await small.json('GET', `/commands/${started.pid}/wait`)).body).toEqual({ stdout: 'c'.repeat(1000), stderr: '', exit_code: 0, reason: 'exited', stdout_truncated: true });
     } finally {
       await small.close();
     }

@@ -66,7 +66,7 @@ describe('a holder envd cannot reach is not gone', () => {
 
     signal(holder, 'SIGCONT');
     await waitFor(async () => (await second.json('POST', `/commands/${pid}/stdin`, { data: 'again\n' })).status === 200, 20_000, 'the holder to be reached again');
-    expect((await second.json('GET', `/commands/${pid}/wait`)).body).toEqual({ stdout: 'before again\nline 1\nline 2\nline 3\n', stderr: '', exit_code: 7 });
+    expect((await second.json('GET', `/commands/${pid}/wait`)).body).toEqual({ stdout: 'before again\nline 1\nline 2\nline 3\n', stderr: '', exit_code: 7, reason: 'exited' });
   });
 
   it('re-adopts commands whose holders it cannot connect to for lack of descriptors, once it has them again', async () => {
@@ -99,8 +99,8 @@ describe('a holder envd cannot reach is not gone', () => {
     expect(lines.some((line) => line.includes('retrying'))).toBe(true);
     for (const [i, pid] of pids.entries()) {
       const proc = second.get(pid)!;
-      expect(await proc.finished).toEqual({ exit_code: i + 1 });
-      expect(await commandResult(proc)).toEqual({ stdout: `out ${i}\n`, stderr: '', exit_code: i + 1 });
+      expect(await proc.finished).toEqual({ exit_code: i + 1, reason: 'exited' });
+      expect(await commandResult(proc)).toEqual({ stdout: `out ${i}\n`, stderr: '', exit_code: i + 1, reason: 'exited' });
     }
   });
 
@@ -127,7 +127,7 @@ describe('a holder envd cannot reach is not gone', () => {
     signal(launcher.pid!, 'SIGCONT');
     await waitFor(() => registry.list().length === 1, 10_000, 'the command to be re-adopted');
     const proc = registry.list()[0]!;
-    expect(await proc.finished).toEqual({ exit_code: 4 });
-    expect(await commandResult(proc)).toEqual({ stdout: 'late\n', stderr: '', exit_code: 4 });
+    expect(await proc.finished).toEqual({ exit_code: 4, reason: 'exited' });
+    expect(await commandResult(proc)).toEqual({ stdout: 'late\n', stderr: '', exit_code: 4, reason: 'exited' });
   });
 });

@@ -4,6 +4,8 @@ import { join } from 'node:path';
 export const GUEST_CACHE = process.env.ENVD_GUEST_CACHE ?? join(process.cwd(), '.cache/guest');
 export const ROOTFS_DIR = join(GUEST_CACHE, 'rootfs');
 export const IMAGE_FILE = join(GUEST_CACHE, 'image.ext4');
+/** The busybox + musl template, no glibc and no systemd (rootfs/build-busybox-image.sh). */
+export const BUSYBOX_IMAGE_FILE = join(GUEST_CACHE, 'busybox.ext4');
 export const ENVD_PORT = 49983;
 
 /** The kernel directory build-kernel.sh made (one per kernel release). */

@@ -26,6 +26,8 @@ export interface QemuOptions {
   incoming?: string;
   /** The VM's memory in MiB (default 768). */
   memoryMiB?: number;
+  /** More kernel command line (an image without systemd-networkd takes its network from ip=). */
+  append?: string;
 }
 
 /** KVM only where the CPU offers it to us; otherwise multi-threaded TCG. */
@@ -55,7 +57,7 @@ export async function startQemu(options: QemuOptions): Promise<QemuGuest> {
     '-M', 'pc', ...pickAccelerator(), '-smp', '2', '-m', String(options.memoryMiB ?? 768),
     '-display', 'none', '-no-reboot', '-nodefaults', '-serial', `file:${join(options.dir, `${options.name}.console.log`)}`,
     '-kernel', kernel, '-initrd', initrd,
-    '-append', 'console=ttyS0 root=/dev/vda rw quiet panic=-1 systemd.show_status=0',
+    '-append', `console=ttyS0 root=/dev/vda rw quiet panic=-1 systemd.show_status=0${options.append ? ` ${options.append}` : ''}`,
     '-drive', `file=${options.disk},if=virtio,format=qcow2`,
     // restrict=on: the guest reaches nothing outside; only the forwarded envd port comes in.
     '-netdev', `user,id=n0,restrict=on,hostfwd=tcp:127.0.0.1:${port}-:${ENVD_PORT}`,

@@ -157,7 +157,7 @@ export function registerScenario(guest: () => { client: EnvdClient; name: string
   });
 }
 
-interface Witnesses {
+export interface Witnesses {
   ticker: number;
   reader: number;
   terminal: number;
@@ -165,7 +165,7 @@ interface Witnesses {
 }
 
 /** Commands whose fate across a restart of envd tells whether it lost anything. */
-async function startRestartWitnesses(client: EnvdClient): Promise<Witnesses> {
+export async function startRestartWitnesses(client: EnvdClient): Promise<Witnesses> {
   const start = async (body: Record<string, unknown>) => {
     const { status, body: answer } = await client.json('POST', '/commands', { ...body, background: true });
     expect(status, JSON.stringify(answer)).toBe(200);
@@ -183,7 +183,7 @@ async function startRestartWitnesses(client: EnvdClient): Promise<Witnesses> {
 }
 
 /** Polls until envd has gone down and come back; returns how long it was away. */
-async function waitForRestart(client: EnvdClient): Promise<number> {
+export async function waitForRestart(client: EnvdClient): Promise<number> {
   let downAt = 0;
   const deadline = Date.now() + 30_000;
   while (downAt === 0 && Date.now() < deadline) {
@@ -198,7 +198,7 @@ async function waitForRestart(client: EnvdClient): Promise<number> {
   return waitForHealth(client.url, 60_000);
 }
 
-async function checkRestartWitnesses(client: EnvdClient, w: Witnesses): Promise<void> {
+export async function checkRestartWitnesses(client: EnvdClient, w: Witnesses): Promise<void> {
   const listed = (await client.json('GET', '/commands')).body.processes.map((p: { pid: number }) => p.pid);
   for (const pid of Object.values(w)) expect(listed).toContain(pid);
   expect((await client.json('POST', `/commands/${w.reader}/stdin`, { data: 'after\n' })).status).toBe(200);

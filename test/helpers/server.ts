@@ -42,6 +42,7 @@ export function testConfig(overrides: Partial<Config> = {}): Config {
     directOutput: true,
     keepFinishedMs: DEFAULT_KEEP_FINISHED_SECONDS * 1000,
     entrypointFile: undefined,
+    reserveMemoryBytes: 128 * 1024 * 1024,
     logLevel: 'info',
     ...overrides,
   };
@@ -54,7 +55,7 @@ export function makeEnvdDirs(): { root: string; stateDir: string; spoolDir: stri
 }
 
 /** A real envd listening on 127.0.0.1 on a free port, in this process. `deps` injects e.g. a fake clock setter. */
-export async function startServer(overrides: Partial<Config> = {}, deps: Pick<AppDeps, 'setClock'> = {}): Promise<TestServer> {
+export async function startServer(overrides: Partial<Config> = {}, deps: Pick<AppDeps, 'setClock' | 'cgroups'> = {}): Promise<TestServer> {
   const token = 'accessToken' in overrides ? overrides.accessToken : randomBytes(16).toString('hex');
   const logs: string[] = [];
   const sink = new Writable({
@@ -65,7 +66,7 @@ export async function startServer(overrides: Partial<Config> = {}, deps: Pick<Ap
   });
   const dirs = overrides.stateDir === undefined ? makeEnvdDirs() : undefined;
   const config = testConfig({ ...(dirs ? { stateDir: dirs.stateDir, spoolDir: dirs.spoolDir } : {}), ...overrides, accessToken: token });
-  const app = await buildApp({ ...deps, config, logger: createLogger(config.logLevel, sink), openApi: generatedOpenApi });
+  const app = await buildApp({ cgroups: { mode: 'proc', why: 'an in-process test server leaves the runner\'s cgroup alone' }, ...deps, config, logger: createLogger(config.logLevel, sink), openApi: generatedOpenApi });
   await app.listen({ host: '127.0.0.1', port: 0 });
   const address = app.server.address();
   if (!address || typeof address === 'string') throw new Error('no address');

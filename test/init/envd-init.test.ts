@@ -7,8 +7,9 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { readdirSync, readFileSync } from 'node:fs';
 import { createServer } from 'node:net';
-import { afterEach, describe, expect, it } from 'vitest';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { waitFor } from '../helpers/proc.js';
+import { createTestUser, isRoot, type TestUser } from '../helpers/users.js';
 
 const INIT = `${process.cwd()}/dist/envd-init`;
 const TOKEN = 'init-test-token';
@@ -33,6 +34,14 @@ interface Booted {
   console: () => string;
 }
 
+// Commands run as a plain user: root's login shell here (pyenv) must not be killed mid-start (README).
+let user: TestUser;
+beforeAll(async () => {
+  if (!isRoot()) throw new Error('envd-init runs as PID 1 of its own namespaces: the test needs root');
+  user = await createTestUser();
+});
+afterAll(() => user?.remove());
+
 const running: Booted[] = [];
 afterEach(async () => {
   for (const booted of running.splice(0)) {
@@ -49,7 +58,7 @@ const childrenOf = (pid: number): number[] =>
 async function boot(): Promise<Booted> {
   const port = await freePort();
   const child = spawn('unshare', ['--pid', '--fork', '--mount', '--uts', '--mount-proc', INIT], {
-    env: { ENVD_HOST: '127.0.0.1', ENVD_PORT: String(port), ENVD_ACCESS_TOKEN: TOKEN, ENVD_SPOOL_DIR: '/tmp/envd-spool', ENVD_LOG_LEVEL: 'warn' },
+    env: { ENVD_DEFAULT_USER: user.name, ENVD_HOST: '127.0.0.1', ENVD_PORT: String(port), ENVD_ACCESS_TOKEN: TOKEN, ENVD_SPOOL_DIR: '/tmp/envd-spool', ENVD_LOG_LEVEL: 'warn' },
     stdio: ['ignore', 'ignore', 'pipe'],
   });
   let output = '';

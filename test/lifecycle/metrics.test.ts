@@ -24,7 +24,9 @@ describe('GET /metrics', () => {
     server = await startServer({}, { setClock: async () => {} });
     const { status, body } = await server.json('GET', '/metrics');
     expect(status).toBe(200);
-    expect(Object.keys(body).sort()).toEqual([...FIELDS].sort());
+    // Plus how commands run: proc mode here, with why (an in-process test server never sets up cgroups).
+    expect(Object.keys(body).sort()).toEqual([...FIELDS, 'commands_mode', 'commands_mode_reason'].sort());
+    expect(body.commands_mode).toBe('proc');
     for (const field of FIELDS) expect(typeof body[field], field).toBe('number');
     for (const field of FIELDS.filter((f) => !['cpu_used_pct', 'uptime_s'].includes(f))) expect(Number.isInteger(body[field]), field).toBe(true);
 

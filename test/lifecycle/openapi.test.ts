@@ -125,7 +125,7 @@ describe('GET /openapi.json', () => {
     const init = document.paths['/init']!.post!;
     expect(init.responses['204']).toBeDefined();
     const body = init.requestBody.content['application/json'].schema;
-    expect(Object.keys(body.properties).sort()).toEqual(['access_token', 'default_user', 'default_workdir', 'envs', 'timestamp']);
+    expect(Object.keys(body.properties).sort()).toEqual(['access_token', 'default_limits', 'default_user', 'default_workdir', 'envs', 'timestamp']);
     expect(body.additionalProperties).toBe(false);
     expect(body.required ?? []).toEqual([]);
     const metrics = document.paths['/metrics']!.get!.responses['200'].content['application/json'].schema;
