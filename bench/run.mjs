@@ -7,6 +7,7 @@ import { cpus, totalmem } from 'node:os';
 import { closeClient } from './lib/client.mjs';
 import { ROOT, startEnvd } from './lib/envd-process.mjs';
 import { formatTable } from './lib/table.mjs';
+import { run as archive } from './archive.mjs';
 import { run as batch } from './batch.mjs';
 import { run as download } from './download.mjs';
 import { run as execLatency } from './exec-latency.mjs';
@@ -43,6 +44,7 @@ const sharedEnvd = [
 const last = [
   ['memory under use', memory],
   ['output storms', outputStorm],
+  ['directories as tar', archive],
   ['recovery after load', recovery],
   ['re-adoption', readopt],
   ['recursive watch of 10,000 files', watchTree],

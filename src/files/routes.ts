@@ -1,7 +1,12 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import { lstat } from 'node:fs/promises';
+import { basename } from 'node:path';
+import type { Readable } from 'node:stream';
 import type { Config } from '../config.js';
-import { HttpError, errnoToHttpError } from '../errors.js';
+import { badRequest, HttpError, errnoToHttpError } from '../errors.js';
+import { extractArchive } from './archive-extract.js';
+import { packDirectory } from './archive-pack.js';
+import { sha256Of, sha256OfFile } from './checksum.js';
 import type { SandboxState } from '../sandbox-state.js';
 import { writeAtomically } from './atomic-write.js';
 import { writeBatch } from './batch.js';
@@ -28,7 +33,7 @@ export interface FileRoutesOptions {
 
 export const fileRoutes: FastifyPluginAsyncTypebox<FileRoutesOptions> = async (app, { state, receiver }) => {
   // Raw uploads reach the handler as the unread request stream; only this plugin sees this parser.
-  app.addContentTypeParser('application/octet-stream', (_request, payload, done) => done(null, payload));
+  app.addContentTypeParser(['application/octet-stream', 'application/x-tar', 'application/gzip'], (_request, payload, done) => done(null, payload));
   // Every watch of this app shares one watch per directory.
   const watches = new WatchRegistry();
 
@@ -52,7 +57,8 @@ export const fileRoutes: FastifyPluginAsyncTypebox<FileRoutesOptions> = async (a
       const { spliced, ...written } = await receiveUpload(request.raw, path, owner, receiver);
       // Node's parser still waits for the spliced body: this connection can take no further request.
       if (spliced) reply.header('connection', 'close');
-      return written;
+      // Hashed from the page cache after the write: a large body never enters envd (it is spliced).
+      return { ...written, sha256: await sha256OfFile(path) };
     },
   );
 
@@ -88,7 +94,8 @@ export const fileRoutes: FastifyPluginAsyncTypebox<FileRoutesOptions> = async (a
         bytes: decodeData(file.data, file.encoding ?? 'utf8', `files[${index}].data`),
       }));
       const owner = await resolveOwner(state, request.body.username);
-      return { files: await writeBatch(entries, owner) };
+      const written = await writeBatch(entries, owner);
+      return { files: written.map((file, index) => ({ ...file, sha256: sha256Of(entries[index]!.bytes) })) };
     },
   );
 
@@ -99,7 +106,7 @@ export const fileRoutes: FastifyPluginAsyncTypebox<FileRoutesOptions> = async (a
       const path = checkPath(request.body.path, 'path');
       const bytes = decodeData(request.body.data, request.body.encoding ?? 'utf8', 'data');
       const owner = await resolveOwner(state, request.body.username);
-      return writeAtomically(path, bytes, owner);
+      return { ...(await writeAtomically(path, bytes, owner)), sha256: sha256Of(bytes) };
     },
   );
 
@@ -133,8 +140,56 @@ export const fileRoutes: FastifyPluginAsyncTypebox<FileRoutesOptions> = async (a
 
   app.get(
     '/info',
-    { schema: { summary: 'Describe a file, directory or symlink (not followed)', querystring: S.PathQuery, response: { 200: S.Entry, ...S.errors(400, 404) } } },
-    async (request) => describeEntry(checkPath(request.query.path, 'path'), await readOwnerNames()),
+    { schema: { summary: 'Describe a file, directory or symlink (not followed); with checksum=sha256 a file\'s sha256 too', querystring: S.InfoQuery, response: { 200: S.Entry, ...S.errors(400, 404) } } },
+    async (request) => {
+      const path = checkPath(request.query.path, 'path');
+      const entry = await describeEntry(path, await readOwnerNames());
+      if (request.query.checksum === undefined) return entry;
+      if (entry.type !== 'file') throw badRequest(`checksum: ${path} is a ${entry.type === 'dir' ? 'directory' : 'symlink'}, not a regular file`);
+      return { ...entry, sha256: await sha256OfFile(path) };
+    },
+  );
+
+  app.get(
+    '/archive',
+    {
+      schema: {
+        summary: 'Download a directory tree as tar or tar.gz (streamed: modes, mtimes, owners, symlinks not followed)',
+        querystring: S.ArchiveQuery,
+        produces: ['application/x-tar', 'application/gzip'],
+        response: { 200: S.ArchiveBytes, ...S.errors(400, 404) },
+      },
+    },
+    async (request, reply) => {
+      const format = (request.query.format ?? 'tar') as 'tar' | 'tar.gz';
+      const path = checkPath(request.query.path, 'path');
+      const body = await packDirectory(path, format);
+      const name = basename(path) || 'root';
+      return reply
+        .type(format === 'tar' ? 'application/x-tar' : 'application/gzip')
+        .header('content-disposition', `attachment; filename="${name.replace(/[^\w.-]/g, '_')}.${format}"`)
+        .send(body);
+    },
+  );
+
+  app.put(
+    '/archive',
+    {
+      // No limit but the disk (extractArchive refuses what would fill it: 413).
+      bodyLimit: Number.MAX_SAFE_INTEGER,
+      schema: {
+        summary: 'Extract a streamed tar or tar.gz into a directory, all or nothing (mode create, merge or replace)',
+        querystring: S.ExtractQuery,
+        consumes: ['application/x-tar', 'application/gzip', 'application/octet-stream'],
+        response: { 200: S.Extracted, ...S.errors(400, 404, 409, 413, 507) },
+      },
+    },
+    async (request) => {
+      const path = checkPath(request.query.path, 'path');
+      if (path === '/') throw badRequest('path: cannot extract over /');
+      const owner = await resolveOwner(state, request.query.username);
+      return extractArchive(request.body as Readable, path, (request.query.mode ?? 'create') as 'create' | 'merge' | 'replace', owner);
+    },
   );
 
   app.get(

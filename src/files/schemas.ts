@@ -29,7 +29,28 @@ export const RenameBody = Type.Object({ from: PathField, to: PathField }, { addi
 export const MkdirBody = Type.Object({ path: PathField, username: Type.Optional(Username) }, { additionalProperties: false });
 export const WatchBody = Type.Object({ path: PathField, recursive: Type.Optional(Type.Boolean({ default: false })) }, { additionalProperties: false });
 
-export const Written = Type.Object({ path: Type.String(), size: Type.Integer() });
+export const Sha256 = Type.String({ pattern: '^[0-9a-f]{64}$', description: 'sha256 of the bytes written, hex' });
+export const Written = Type.Object({ path: Type.String(), size: Type.Integer(), sha256: Sha256 });
+export const InfoQuery = Type.Object({
+  path: PathField,
+  checksum: Type.Optional(Type.Unsafe<'sha256'>(Type.String({ enum: ['sha256'], description: "Also compute the file's sha256 (a regular file only; read whole)" }))),
+});
+export const ArchiveQuery = Type.Object({
+  path: PathField,
+  format: Type.Optional(Type.Unsafe<'tar' | 'tar.gz'>(Type.String({ enum: ['tar', 'tar.gz'], default: 'tar', description: 'tar (default) or tar.gz' }))),
+});
+export const ExtractQuery = Type.Object({
+  path: PathField,
+  mode: Type.Optional(
+    Type.Unsafe<'create' | 'merge' | 'replace'>(
+      Type.String({ enum: ['create', 'merge', 'replace'], default: 'create', description: 'create: path must not exist; merge: into what is there; replace: the whole tree swapped at once' }),
+    ),
+  ),
+  username: Type.Optional(Username),
+});
+export const Extracted = Type.Object({ path: Type.String(), files: Type.Integer(), bytes: Type.Integer(), sha256: Sha256 });
+/** What GET /files/archive streams (documentation only). */
+export const ArchiveBytes = Type.Unknown({ description: 'a tar (application/x-tar) or tar.gz (application/gzip) of the tree' });
 export const BatchWritten = Type.Object({ files: Type.Array(Written) });
 export const FileContent = Type.Object({ path: Type.String(), data: Type.String(), encoding: Encoding, size: Type.Integer() });
 /** What GET /files/raw streams (documentation only: a stream is never serialised). */
@@ -46,6 +67,7 @@ export const Entry = Type.Object({
   group: Type.String(),
   modified_at: Type.String({ format: 'date-time' }),
   symlink_target: Type.Optional(Type.String()),
+  sha256: Type.Optional(Sha256),
 });
 export const EntryList = Type.Object({ entries: Type.Array(Entry) });
 export const Made = Type.Object({ path: Type.String(), created: Type.Boolean() });

@@ -1,5 +1,5 @@
 import { execFileSync } from 'node:child_process';
-import { randomBytes } from 'node:crypto';
+import { createHash, randomBytes } from 'node:crypto';
 import { readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
@@ -16,7 +16,7 @@ const allTemps = (d: string): string[] => readdirSync(d, { recursive: true, enco
 describe('POST /files and GET /files', () => {
   it('writes utf8 and base64 and reads them back in either encoding', async () => {
     const target = join(scratch.dir, 'sub/hello.txt');
-    expect(await scratch.server.json('POST', '/files', { path: target, data: 'héllo\n' })).toEqual({ status: 200, body: { path: target, size: 7 } });
+    expect(await scratch.server.json('POST', '/files', { path: target, data: 'héllo\n' })).toEqual({ status: 200, body: { path: target, size: 7, sha256: createHash('sha256').update('héllo\n').digest('hex') } });
     expect((await scratch.server.json('GET', `/files?${q(target)}`)).body).toEqual({ path: target, data: 'héllo\n', encoding: 'utf8', size: 7 });
     expect((await scratch.server.json('GET', `/files?${q(target)}&encoding=base64`)).body.data).toBe(Buffer.from('héllo\n').toString('base64'));
     const binary = join(scratch.dir, 'bin');
@@ -73,7 +73,8 @@ describe('POST /files/batch', () => {
     const b = join(scratch.dir, 'deep/b.bin');
     const { status, body } = await scratch.server.json('POST', '/files/batch', { files: [{ path: a, data: 'AAA' }, { path: b, data: 'AAEC', encoding: 'base64' }] });
     expect(status).toBe(200);
-    expect(body).toEqual({ files: [{ path: a, size: 3 }, { path: b, size: 3 }] });
+    const sha = (bytes: Buffer) => createHash('sha256').update(bytes).digest('hex');
+    expect(body).toEqual({ files: [{ path: a, size: 3, sha256: sha(Buffer.from('AAA')) }, { path: b, size: 3, sha256: sha(Buffer.from([0, 1, 2])) }] });
     expect(readFileSync(a, 'utf8')).toBe('AAA');
     expect([...readFileSync(b)]).toEqual([0, 1, 2]);
     expect(await scratch.server.json('POST', '/files/batch', { files: [] })).toEqual({ status: 200, body: { files: [] } });

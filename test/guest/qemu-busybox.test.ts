@@ -60,7 +60,7 @@ describe('envd in a qemu VM booted from a busybox + musl image, envd-init as PID
     const { body } = await client.json('POST', '/commands', { cmd: 'cat -n', background: true, stdin: true });
     expect((await client.json('POST', `/commands/${body.pid}/stdin`, { data: 'hello\n' })).status).toBe(200);
     expect((await client.json('DELETE', `/commands/${body.pid}/stdin`)).status).toBe(200);
-    expect((await client.json('GET', `/commands/${body.pid}/wait`)).body).toEqual({ stdout: '     1\thello\n', stderr: '', exit_code: 0 });
+    expect((await client.json('GET', `/commands/${body.pid}/wait`)).body).toEqual({ stdout: '     1\thello\n', stderr: '', exit_code: 0, reason: 'exited' });
   });
 
   it('runs a terminal that resizes and takes Ctrl-C (devpts mounted by envd-init)', async () => {
@@ -149,7 +149,7 @@ describe('envd in a qemu VM booted from a busybox + musl image, envd-init as PID
       client.token = token;
       expect((await client.call('POST', '/init', { access_token: secondToken, timestamp: new Date().toISOString() })).status).toBe(204);
       client.token = secondToken;
-      expect((await client.json('GET', `/commands/${pid}/wait`)).body).toEqual({ stdout: 'survived the restore\n', stderr: '', exit_code: 0 });
+      expect((await client.json('GET', `/commands/${pid}/wait`)).body).toEqual({ stdout: 'survived the restore\n', stderr: '', exit_code: 0, reason: 'exited' });
     });
 
     it('powers off cleanly on busybox poweroff: envd and its commands end, the VM stops', async () => {

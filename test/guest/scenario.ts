@@ -203,7 +203,7 @@ export async function checkRestartWitnesses(client: EnvdClient, w: Witnesses): P
   for (const pid of Object.values(w)) expect(listed).toContain(pid);
   expect((await client.json('POST', `/commands/${w.reader}/stdin`, { data: 'after\n' })).status).toBe(200);
   expect((await client.json('DELETE', `/commands/${w.reader}/stdin`)).status).toBe(200);
-  expect((await client.json('GET', `/commands/${w.reader}/wait`)).body).toEqual({ stdout: 'before\nafter\n', stderr: '', exit_code: 0 });
+  expect((await client.json('GET', `/commands/${w.reader}/wait`)).body).toEqual({ stdout: 'before\nafter\n', stderr: '', exit_code: 0, reason: 'exited' });
   expect((await client.json('POST', `/commands/${w.terminal}/stdin`, { data: 'echo two-$((1+1)); exit 3\n' })).status).toBe(200);
   const terminal = (await client.json('GET', `/commands/${w.terminal}/wait`)).body;
   expect(terminal.stdout).toContain('one-2');
@@ -213,6 +213,7 @@ export async function checkRestartWitnesses(client: EnvdClient, w: Witnesses): P
     stdout: Array.from({ length: 40 }, (_, i) => `tick ${i + 1}\n`).join(''),
     stderr: '',
     exit_code: 7,
+    reason: 'exited',
   });
-  expect((await client.json('GET', `/commands/${w.ending}/wait`)).body).toEqual({ stdout: '', stderr: '', exit_code: 5 });
+  expect((await client.json('GET', `/commands/${w.ending}/wait`)).body).toEqual({ stdout: '', stderr: '', exit_code: 5, reason: 'exited' });
 }

@@ -1,3 +1,4 @@
+import { randomBytes } from 'node:crypto';
 import { spawn } from 'node:child_process';
 import { mkdirSync, readdirSync, readFileSync, readlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -100,9 +101,11 @@ describe('envd-holder --spawner', () => {
 
   it('passes on what a holder that cannot start says, and a cwd it cannot enter', async () => {
     const { spawner, argvFor } = setup();
-    const missingCwd = await spawner.spawn(argvFor(['true']).argv, '/nonexistent-dir', { PATH: '/bin' }, 5_000);
-    expect(missingCwd.line).toBe('error cannot enter /nonexistent-dir: No such file or directory');
-    const badArgs = await spawner.spawn([HOLDER_BINARY, '--dir', '/nonexistent-dir/x', '--', 'true'], '/', {}, 5_000);
+    // A fresh name each run: a directory some other run left at a fixed name would make this pass wrongly, or fail.
+    const missing = `/nonexistent-${randomBytes(6).toString('hex')}`;
+    const missingCwd = await spawner.spawn(argvFor(['true']).argv, missing, { PATH: '/bin' }, 5_000);
+    expect(missingCwd.line).toBe(`error cannot enter ${missing}: No such file or directory`);
+    const badArgs = await spawner.spawn([HOLDER_BINARY, '--dir', `${missing}/x`, '--', 'true'], '/', {}, 5_000);
     expect(badArgs.line).toMatch(/^error /);
     await waitFor(() => !isAlive(missingCwd.holderPid) && !isAlive(badArgs.holderPid), 5_000, 'the failed holders to end');
   });

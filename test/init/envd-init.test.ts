@@ -4,14 +4,21 @@
 // commands re-adopted, reaps orphans, and ends everything on SIGTERM or
 // busybox's poweroff signal (SIGUSR2). reboot() from the PID 1 of a pid
 // namespace ends the namespace, so "powered off" is seen as its exit.
-import { spawn, type ChildProcess } from 'node:child_process';
-import { readdirSync, readFileSync } from 'node:fs';
+import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { join } from 'node:path';
 import { createServer } from 'node:net';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { waitFor } from '../helpers/proc.js';
 import { createTestUser, isRoot, type TestUser } from '../helpers/users.js';
 
-const INIT = `${process.cwd()}/dist/envd-init`;
+/**
+ * envd-init, envd and its runtime, linked into a directory outside /tmp and
+ * /run: envd-init mounts a tmpfs over those inside its namespace, which would
+ * hide a checkout under /tmp (where CI clones).
+ */
+let installed: string;
+const INIT = () => join(installed, 'envd-init');
 const TOKEN = 'init-test-token';
 
 function freePort(): Promise<number> {
@@ -39,8 +46,14 @@ let user: TestUser;
 beforeAll(async () => {
   if (!isRoot()) throw new Error('envd-init runs as PID 1 of its own namespaces: the test needs root');
   user = await createTestUser();
+  installed = mkdtempSync('/var/tmp/envd-init-test-');
+  // Hard links where /var/tmp is on the checkout's file system (the runtime is 110 MB), else a copy.
+  for (const name of ['envd-init', 'envd', 'runtime']) execFileSync('sh', ['-c', 'cp -al "$1" "$2" 2>/dev/null || cp -a "$1" "$2"', 'sh', join(process.cwd(), 'dist', name), join(installed, name)]);
 });
-afterAll(() => user?.remove());
+afterAll(() => {
+  user?.remove();
+  if (installed) rmSync(installed, { recursive: true, force: true });
+});
 
 const running: Booted[] = [];
 afterEach(async () => {
@@ -57,7 +70,7 @@ const childrenOf = (pid: number): number[] =>
 
 async function boot(): Promise<Booted> {
   const port = await freePort();
-  const child = spawn('unshare', ['--pid', '--fork', '--mount', '--uts', '--mount-proc', INIT], {
+  const child = spawn('unshare', ['--pid', '--fork', '--mount', '--uts', '--mount-proc', INIT()], {
     env: { ENVD_DEFAULT_USER: user.name, ENVD_HOST: '127.0.0.1', ENVD_PORT: String(port), ENVD_ACCESS_TOKEN: TOKEN, ENVD_SPOOL_DIR: '/tmp/envd-spool', ENVD_LOG_LEVEL: 'warn' },
     stdio: ['ignore', 'ignore', 'pipe'],
   });

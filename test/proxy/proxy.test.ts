@@ -1,5 +1,5 @@
 import { createHash, randomBytes } from 'node:crypto';
-import { chownSync, mkdtempSync, readdirSync, readFileSync, readlinkSync, rmSync, truncateSync, writeFileSync } from 'node:fs';
+import { chownSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, readlinkSync, rmSync, truncateSync, writeFileSync } from 'node:fs';
 import { Agent, request } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -75,6 +75,9 @@ async function readUntil(events: AsyncGenerator<SseEvent>, until: (event: SseEve
   }
 }
 
+const sha = (bytes: Buffer) => createHash('sha256').update(bytes).digest('hex');
+const mkdirp = (path: string) => (mkdirSync(path, { recursive: true }), path);
+
 const stdoutOf = (events: SseEvent[]) => events.filter((e) => e.event === 'stdout').map((e) => e.data.data).join('');
 
 const newMarker = () => {
@@ -98,7 +101,7 @@ describe('envd behind nginx, prefix /sandboxes/<id> stripped', () => {
   it('runs a foreground command', async () => {
     expect(await json('POST', '/commands', { cmd: 'echo hi; echo oops >&2; exit 3' })).toEqual({
       status: 200,
-      body: { stdout: 'hi\n', stderr: 'oops\n', exit_code: 3 },
+      body: { stdout: 'hi\n', stderr: 'oops\n', exit_code: 3, reason: 'exited' },
     });
   });
 
@@ -115,7 +118,7 @@ describe('envd behind nginx, prefix /sandboxes/<id> stripped', () => {
     writeFileSync(gate, '');
     const rest = await readUntil(events, (e) => e.event === 'exit');
     expect(stdoutOf(rest)).toBe('second\n');
-    expect(rest.at(-1)!.data).toEqual({ exit_code: 0 });
+    expect(rest.at(-1)!.data).toEqual({ exit_code: 0, reason: 'exited' });
   });
 
   it('streams output the holder writes straight to the lent socket, exact, as chunks nginx accepts', async () => {
@@ -132,7 +135,7 @@ describe('envd behind nginx, prefix /sandboxes/<id> stripped', () => {
     writeFileSync(gate, '');
     const rest = await readUntil(events, (e) => e.event === 'exit');
     expect(stdoutOf(early) + stdoutOf(rest)).toBe(`first\n${Array.from({ length: lines }, (_, i) => i + 1).join('\n')}\n`);
-    expect(rest.at(-1)!.data).toEqual({ exit_code: 0 });
+    expect(rest.at(-1)!.data).toEqual({ exit_code: 0, reason: 'exited' });
   });
 
   it('kills a streamed command when its client disconnects', async () => {
@@ -162,8 +165,8 @@ describe('envd behind nginx, prefix /sandboxes/<id> stripped', () => {
     expect(stdoutOf(live)).toBe('     1\thello\n');
     expect(await json('DELETE', `/commands/${pid}/stdin`)).toEqual({ status: 200, body: {} });
     const end = await readUntil(events, (e) => e.event === 'exit');
-    expect(end.at(-1)!.data).toEqual({ exit_code: 0 });
-    expect(await json('GET', `/commands/${pid}/wait`)).toEqual({ status: 200, body: { stdout: '     1\thello\n', stderr: '', exit_code: 0 } });
+    expect(end.at(-1)!.data).toEqual({ exit_code: 0, reason: 'exited' });
+    expect(await json('GET', `/commands/${pid}/wait`)).toEqual({ status: 200, body: { stdout: '     1\thello\n', stderr: '', exit_code: 0, reason: 'exited' } });
   });
 
   it('takes a 64 MiB upload with a Content-Length through the receiver (splice), and the client connection carries on', async () => {
@@ -202,7 +205,7 @@ describe('envd behind nginx, prefix /sandboxes/<id> stripped', () => {
     try {
       const first = await put(target, bytes);
       expect(first.status).toBe(200);
-      expect(JSON.parse(first.text)).toEqual({ path: target, size: bytes.length });
+      expect(JSON.parse(first.text)).toEqual({ path: target, size: bytes.length, sha256: createHash('sha256').update(bytes).digest('hex') });
       expect(createHash('sha256').update(readFileSync(target)).digest('hex')).toBe(createHash('sha256').update(bytes).digest('hex'));
       // The next request goes over the same client connection to nginx.
       const second = await put(join(dir, 'small.bin'), Buffer.from('small'));
@@ -214,6 +217,30 @@ describe('envd behind nginx, prefix /sandboxes/<id> stripped', () => {
     }
     console.log(`proxy 64 MiB spliced upload: envd RSS idle ${(idle / 2 ** 20).toFixed(1)} MiB, peak +${((peak - idle) / 2 ** 20).toFixed(1)} MiB`);
     expect(receiverSeen).toBe(true);
+    expect(peak - idle).toBeLessThan(TRANSFER_RSS_BUDGET);
+  });
+
+  it('moves a whole directory as tar.gz both ways through the prefix, intact, with envd RSS bounded', async () => {
+    const source = join(dir, 'tree');
+    for (let i = 0; i < 200; i++) writeFileSync(join(mkdirp(join(source, `d${i % 20}`)), `f${i}.txt`), `file ${i}\n`.repeat(i + 1));
+    writeFileSync(join(source, 'big.bin'), randomBytes(48 * 1024 * 1024));
+    const pid = envd.child.pid!;
+    const idle = rssBytes(pid);
+    let peak = idle;
+    const sampler = setInterval(() => (peak = Math.max(peak, rssBytes(pid))), 50);
+    try {
+      const got = await call('GET', `/files/archive?path=${encodeURIComponent(source)}&format=tar.gz`);
+      expect(got.status).toBe(200);
+      expect(got.headers.get('content-type')).toBe('application/gzip');
+      const archive = Buffer.from(await got.arrayBuffer());
+      const target = join(dir, 'tree-copy');
+      const put = await call('PUT', `/files/archive?path=${encodeURIComponent(target)}`, undefined, { body: archive, headers: { 'content-type': 'application/gzip' } });
+      expect(await put.json()).toEqual({ path: target, files: 201, bytes: expect.any(Number), sha256: createHash('sha256').update(archive).digest('hex') });
+      for (const name of ['big.bin', 'd7/f147.txt']) expect(sha(readFileSync(join(target, name)))).toBe(sha(readFileSync(join(source, name))));
+    } finally {
+      clearInterval(sampler);
+    }
+    console.log(`proxy tar.gz round trip of 200 files + 48 MiB: envd RSS idle ${(idle / 2 ** 20).toFixed(1)} MiB, peak +${((peak - idle) / 2 ** 20).toFixed(1)} MiB`);
     expect(peak - idle).toBeLessThan(TRANSFER_RSS_BUDGET);
   });
 
@@ -240,7 +267,7 @@ describe('envd behind nginx, prefix /sandboxes/<id> stripped', () => {
         },
       });
       const put = await call('PUT', `/files/raw?path=${encodeURIComponent(target)}`, undefined, { body, headers: { 'content-type': 'application/octet-stream' } });
-      expect(await put.json()).toEqual({ path: target, size });
+      expect(await put.json()).toMatchObject({ path: target, size });
       uploadPeak = peak;
 
       const got = await call('GET', `/files/raw?path=${encodeURIComponent(target)}`);
@@ -280,7 +307,7 @@ describe('envd behind nginx, prefix /sandboxes/<id> stripped', () => {
         { path: b, data: 'AAEC', encoding: 'base64' },
       ],
     });
-    expect(written).toEqual({ status: 200, body: { files: [{ path: a, size: 1 }, { path: b, size: 3 }] } });
+    expect(written).toEqual({ status: 200, body: { files: [{ path: a, size: 1, sha256: sha(Buffer.from('A')) }, { path: b, size: 3, sha256: sha(Buffer.from([0, 1, 2])) }] } });
     expect((await json('GET', `/files?path=${encodeURIComponent(a)}`)).body.data).toBe('A');
   });
 

@@ -1,0 +1,207 @@
+// Whole directories as tar (issue 27 §3) and checksums (§4), against a real
+// server and GNU tar on both sides: a tree with modes, mtimes, symlinks, an
+// empty directory, unicode and a long name goes out and comes back the same;
+// extraction is all or nothing in each mode; hostile entries are refused by
+// name with nothing left; a malformed archive is a 400 and a bomb a 413.
+import { execFileSync } from 'node:child_process';
+import { createHash, randomBytes } from 'node:crypto';
+import { existsSync, lstatSync, mkdirSync, readdirSync, readFileSync, readlinkSync, symlinkSync, utimesSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { gzipSync } from 'node:zlib';
+import { pack } from 'tar-stream';
+import { describe, expect, it } from 'vitest';
+import { useScratchServer } from '../helpers/scratch-server.js';
+
+const scratch = useScratchServer('envd-archive-');
+const q = (params: Record<string, string>) => new URLSearchParams(params).toString();
+const sha256 = (bytes: Uint8Array) => createHash('sha256').update(bytes).digest('hex');
+const LONG = `${'long-name-'.repeat(12)}end.txt`;
+
+/** A tree of every kind envd archives, with set modes and mtimes. */
+function makeTree(root: string): void {
+  mkdirSync(join(root, 'sub/deeper'), { recursive: true });
+  mkdirSync(join(root, 'empty'));
+  writeFileSync(join(root, 'a.txt'), 'hello\n');
+  writeFileSync(join(root, 'sub/script.sh'), '#!/bin/sh\necho hi\n', { mode: 0o755 });
+  writeFileSync(join(root, 'sub/deeper/bin.dat'), randomBytes(300_000));
+  writeFileSync(join(root, 'sub/naïve ünïcode.txt'), 'ü');
+  writeFileSync(join(root, LONG), 'long');
+  writeFileSync(join(root, 'private'), 'secret', { mode: 0o600 });
+  symlinkSync('sub/script.sh', join(root, 'link'));
+  for (const path of ['a.txt', 'sub/script.sh', 'private', LONG]) utimesSync(join(root, path), 1_600_000_000, 1_600_000_000);
+}
+
+/** Every entry under root: kind, mode, mtime (files), content hash or link target. */
+function describeTree(root: string, dir = ''): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const name of readdirSync(join(root, dir)).sort()) {
+    const rel = join(dir, name);
+    const info = lstatSync(join(root, rel));
+    if (info.isSymbolicLink()) out[rel] = `link -> ${readlinkSync(join(root, rel))}`;
+    else if (info.isDirectory()) {
+      out[rel] = `dir ${(info.mode & 0o7777).toString(8)}`;
+      Object.assign(out, describeTree(root, rel));
+    } else out[rel] = `file ${(info.mode & 0o7777).toString(8)} ${Math.floor(info.mtimeMs / 1000)} ${sha256(readFileSync(join(root, rel)))}`;
+  }
+  return out;
+}
+
+async function download(path: string, format = 'tar'): Promise<Response> {
+  return scratch.server.call('GET', `/files/archive?${q({ path, format })}`);
+}
+
+async function upload(path: string, body: Uint8Array, params: Record<string, string> = {}, type = 'application/x-tar'): Promise<{ status: number; body: any }> {
+  const res = await scratch.server.call('PUT', `/files/archive?${q({ path, ...params })}`, undefined, { body: body as unknown as BodyInit, headers: { 'content-type': type } });
+  return { status: res.status, body: await res.json() };
+}
+
+/** A hand-made archive, for what GNU tar would not write. */
+async function handMade(entries: Array<{ header: Record<string, unknown>; body?: string }>): Promise<Buffer> {
+  const tar = pack();
+  const chunks: Buffer[] = [];
+  tar.on('data', (chunk) => chunks.push(chunk as Buffer));
+  const done = new Promise<void>((resolve) => tar.on('end', () => resolve()));
+  for (const { header, body } of entries) await new Promise<void>((resolve, reject) => tar.entry(header as never, body ?? '', (error) => (error ? reject(error) : resolve())));
+  tar.finalize();
+  await done;
+  return Buffer.concat(chunks);
+}
+
+const leftovers = (dir: string) => readdirSync(dir).filter((name) => name.startsWith('.envd-archive-'));
+
+describe('GET /files/archive', () => {
+  it.each(['tar', 'tar.gz'])('streams the tree as %s: GNU tar unpacks the same files, modes, mtimes, links and empty dirs', async (format) => {
+    const source = join(scratch.dir, 'source');
+    makeTree(source);
+    const res = await download(source, format);
+    expect(res.status).toBe(200);
+    expect(res.headers.get('content-type')).toBe(format === 'tar' ? 'application/x-tar' : 'application/gzip');
+    const file = join(scratch.dir, `out.${format}`);
+    writeFileSync(file, Buffer.from(await res.arrayBuffer()));
+    const unpacked = join(scratch.dir, 'unpacked');
+    mkdirSync(unpacked);
+    execFileSync('tar', ['-xpf', file, '-C', unpacked]);
+    expect(describeTree(unpacked)).toEqual(describeTree(source));
+  });
+
+  it('answers 404 for a missing path and 400 for a file', async () => {
+    expect((await download(join(scratch.dir, 'none'))).status).toBe(404);
+    writeFileSync(join(scratch.dir, 'f'), 'x');
+    const res = await download(join(scratch.dir, 'f'));
+    expect(res.status).toBe(400);
+    expect((await res.json()).message).toMatch(/is not a directory/);
+  });
+});
+
+describe('PUT /files/archive', () => {
+  it.each([
+    ['tar', false],
+    ['tar.gz', true],
+  ])('extracts a GNU %s into a new directory and answers its counts and sha256', async (_, gzip) => {
+    const source = join(scratch.dir, 'source');
+    makeTree(source);
+    const archive = execFileSync('tar', [gzip ? '-czf' : '-cf', '-', '-C', source, '.']);
+    const target = join(scratch.dir, 'target');
+    const { status, body } = await upload(target, archive, {}, gzip ? 'application/gzip' : 'application/x-tar');
+    expect(status).toBe(200);
+    expect(body).toEqual({ path: target, files: 6, bytes: expect.any(Number), sha256: sha256(archive) });
+    expect(describeTree(target)).toEqual(describeTree(source));
+    expect(leftovers(scratch.dir)).toEqual([]);
+  });
+
+  it('creates only where nothing is (409), merges into what is there, or replaces it whole', async () => {
+    const target = join(scratch.dir, 'target');
+    mkdirSync(join(target, 'keep'), { recursive: true });
+    writeFileSync(join(target, 'keep/old.txt'), 'old');
+    writeFileSync(join(target, 'over.txt'), 'before');
+    const archive = await handMade([
+      { header: { name: 'over.txt' }, body: 'after' },
+      { header: { name: 'keep/new.txt' }, body: 'new' },
+    ]);
+    expect(await upload(target, archive)).toMatchObject({ status: 409, body: { message: expect.stringMatching(/exists; use mode=merge or mode=replace/) } });
+    expect((await upload(target, archive, { mode: 'merge' })).status).toBe(200);
+    expect(describeTree(target)).toMatchObject({ 'keep/old.txt': expect.any(String), 'keep/new.txt': expect.any(String) });
+    expect(readFileSync(join(target, 'over.txt'), 'utf8')).toBe('after');
+    expect((await upload(target, await handMade([{ header: { name: 'only.txt' }, body: 'x' }]), { mode: 'replace' })).status).toBe(200);
+    expect(readdirSync(target)).toEqual(['only.txt']);
+    expect(leftovers(scratch.dir)).toEqual([]);
+  });
+
+  it.each([
+    ['a name with ..', [{ header: { name: 'ok.txt' }, body: 'fine' }, { header: { name: '../evil.txt' }, body: 'x' }], /"\.\.\/evil\.txt": it leaves the directory/],
+    ['an absolute name', [{ header: { name: '/etc/evil' }, body: 'x' }], /"\/etc\/evil": an absolute path/],
+    ['a symlink out', [{ header: { name: 'out', type: 'symlink', linkname: '../../etc' } }], /"out": a symlink out of the directory/],
+    ['an absolute symlink', [{ header: { name: 'abs', type: 'symlink', linkname: '/etc/passwd' } }], /"abs": a symlink to an absolute path/],
+    ['a file written through a symlink', [{ header: { name: 'd', type: 'symlink', linkname: '.' } }, { header: { name: 'd/x.txt' }, body: 'x' }], /"d\/x\.txt": a directory on its path is a symlink/],
+    ['a hard link out', [{ header: { name: 'h', type: 'link', linkname: '/etc/passwd' } }], /"h": a hard link to "\/etc\/passwd", which is not a file extracted before it/],
+    ['a device node', [{ header: { name: 'dev', type: 'character-device', devmajor: 1, devminor: 3 } }], /"dev": a character-device/],
+    ['a fifo', [{ header: { name: 'pipe', type: 'fifo' } }], /"pipe": a fifo/],
+  ])('refuses %s with a 400 naming the entry, and writes nothing', async (_, entries, message) => {
+    const target = join(scratch.dir, 'target');
+    const { status, body } = await upload(target, await handMade(entries as never));
+    expect(status).toBe(400);
+    expect(body.message).toMatch(message);
+    expect(existsSync(target)).toBe(false);
+    expect(existsSync(join(scratch.dir, 'evil.txt'))).toBe(false);
+    expect(leftovers(scratch.dir)).toEqual([]);
+  });
+
+  it('answers 400 for random bytes, a truncated tar and a broken gzip, and leaves nothing', async () => {
+    const good = await handMade([{ header: { name: 'big.bin' }, body: 'y'.repeat(100_000) }]);
+    const gz = gzipSync(good);
+    for (const [body, type] of [
+      [randomBytes(4096), 'application/x-tar'],
+      [good.subarray(0, 10_000), 'application/x-tar'],
+      [gz.subarray(0, gz.length / 2), 'application/gzip'],
+    ] as const) {
+      const target = join(scratch.dir, 'target');
+      const { status, body: answer } = await upload(target, new Uint8Array(body), {}, type);
+      expect(status, JSON.stringify(answer)).toBe(400);
+      expect(answer.message).toMatch(/not a valid tar or tar\.gz archive|archive entry/);
+      expect(existsSync(target)).toBe(false);
+      expect(leftovers(scratch.dir)).toEqual([]);
+    }
+  });
+
+  it('answers 413 for an entry that would fill the disk (a gzip bomb stops at its header), and leaves nothing', async () => {
+    // A ustar header declaring 1 TiB (base-256 size, as GNU tar writes large sizes), then a few bytes of it.
+    const header = Buffer.alloc(512);
+    header.write('bomb.bin', 0);
+    header.write('0000644\0', 100);
+    header.write('0000000\0', 108);
+    header.write('0000000\0', 116);
+    header[124] = 0x80;
+    header.writeBigUInt64BE(2n ** 40n, 128); // the last 8 of the 12 size bytes
+    header.write('00000000000\0', 136);
+    header.write('0', 156);
+    header.write('ustar\0' + '00', 257);
+    header.fill(' ', 148, 156);
+    let sum = 0;
+    for (const byte of header) sum += byte;
+    header.write(`${sum.toString(8).padStart(6, '0')}\0 `, 148);
+    const bomb = gzipSync(Buffer.concat([header, Buffer.alloc(1024 * 1024)]));
+    const target = join(scratch.dir, 'target');
+    const { status, body } = await upload(target, bomb, {}, 'application/gzip');
+    expect(status, JSON.stringify(body)).toBe(413);
+    expect(body.message).toMatch(/"bomb\.bin": 1099511627776 bytes would leave less than 67108864 bytes free on the disk/);
+    expect(existsSync(target)).toBe(false);
+    expect(leftovers(scratch.dir)).toEqual([]);
+  });
+});
+
+describe('checksums', () => {
+  it('answers the sha256 of what an upload, a JSON write and a batch wrote, and computes one on GET /files/info?checksum=sha256', async () => {
+    const bytes = randomBytes(2 * 1024 * 1024);
+    const raw = await scratch.server.call('PUT', `/files/raw?${q({ path: join(scratch.dir, 'raw.bin') })}`, undefined, { body: new Uint8Array(bytes), headers: { 'content-type': 'application/octet-stream' } });
+    expect(await raw.json()).toMatchObject({ size: bytes.length, sha256: sha256(bytes) });
+    expect((await scratch.server.json('POST', '/files', { path: join(scratch.dir, 'w.txt'), data: 'written' })).body).toMatchObject({ sha256: sha256(Buffer.from('written')) });
+    const batch = await scratch.server.json('POST', '/files/batch', { files: [{ path: join(scratch.dir, 'b1'), data: 'one' }, { path: join(scratch.dir, 'b2'), data: 'two' }] });
+    expect(batch.body.files.map((f: { sha256: string }) => f.sha256)).toEqual([sha256(Buffer.from('one')), sha256(Buffer.from('two'))]);
+    const info = await scratch.server.json('GET', `/files/info?${q({ path: join(scratch.dir, 'raw.bin'), checksum: 'sha256' })}`);
+    expect(info.body).toMatchObject({ type: 'file', sha256: sha256(bytes) });
+    expect((await scratch.server.json('GET', `/files/info?${q({ path: join(scratch.dir, 'raw.bin') })}`)).body.sha256).toBeUndefined();
+    const dir = await scratch.server.json('GET', `/files/info?${q({ path: scratch.dir, checksum: 'sha256' })}`);
+    expect(dir).toEqual({ status: 400, body: { message: `checksum: ${scratch.dir} is a directory, not a regular file` } });
+    expect((await scratch.server.json('GET', `/files/info?${q({ path: scratch.dir, checksum: 'md5' })}`)).status).toBe(400);
+  });
+});
