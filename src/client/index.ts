@@ -1,0 +1,23 @@
+import { Commands } from './commands.js';
+import { Files } from './files.js';
+import { Http, type ClientOptions } from './http.js';
+import { Lifecycle } from './lifecycle.js';
+
+export { EnvdError, type CallOptions, type ClientOptions } from './http.js';
+export type { CommandEvent, CommandResult, ExitInfo, ProcessInfo, SignalName, StartBody, StreamBody, StreamOptions } from './commands.js';
+export type { FileEntry, WatchEvent } from './files.js';
+export { parseSse, type SseEvent } from './sse.js';
+
+/** A typed client of one envd: `client.commands`, `client.files`, `client.lifecycle`. */
+export class EnvdClient {
+  readonly commands: Commands;
+  readonly files: Files;
+  readonly lifecycle: Lifecycle;
+
+  constructor(options: ClientOptions) {
+    const http = new Http(options);
+    this.commands = new Commands(http);
+    this.files = new Files(http);
+    this.lifecycle = new Lifecycle(http);
+  }
+}
