@@ -13,9 +13,14 @@ export class EnvdClient {
   readonly commands: Commands;
   readonly files: Files;
   readonly lifecycle: Lifecycle;
+  /** The base URL (no trailing slash) and token this client was made with. */
+  readonly baseUrl: string;
+  readonly token: string | undefined;
 
   constructor(options: ClientOptions) {
     const http = new Http(options);
+    this.baseUrl = http.base;
+    this.token = options.token;
     this.commands = new Commands(http);
     this.files = new Files(http);
     this.lifecycle = new Lifecycle(http);
