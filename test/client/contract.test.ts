@@ -1,11 +1,22 @@
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { EnvdClient } from '../../src/client/index.js';
 import { generateOpenApiJson } from '../../src/lifecycle/openapi-document.js';
 import { startServer, type TestServer } from '../helpers/server.js';
 
 let server: TestServer;
-beforeAll(async () => (server = await startServer()));
-afterAll(() => server.close());
+// Everything the calls may create stays in here (as root, mkdir and upload of a path would succeed anywhere).
+let dir: string;
+beforeAll(async () => {
+  server = await startServer();
+  dir = mkdtempSync(join(tmpdir(), 'envd-contract-'));
+});
+afterAll(async () => {
+  rmSync(dir, { recursive: true, force: true });
+  await server.close();
+});
 
 /**
  * Every operation of the OpenAPI document, called through the client with every request field it has.
@@ -33,19 +44,19 @@ const calls: Record<string, (c: EnvdClient) => Promise<unknown>> = {
   'POST /commands/{pid}/signal': (c) => c.commands.signal(1, 'SIGTERM'),
   'DELETE /commands/{pid}': (c) => c.commands.kill(1),
   'POST /commands/{pid}/resize': (c) => c.commands.resize(1, { cols: 80, rows: 24 }),
-  'PUT /files/raw': (c) => c.files.upload('/nonexistent-dir/x', 'x', { username: 'root' }),
-  'GET /files/raw': (c) => c.files.download('/nonexistent'),
-  'POST /files/batch': (c) => c.files.writeBatch({ files: [{ path: '/nonexistent-dir/x', data: '', encoding: 'utf8' }], username: 'root' }),
-  'POST /files': (c) => c.files.write({ path: '/nonexistent-dir/x', data: '', encoding: 'utf8', username: 'root' }),
-  'GET /files': (c) => c.files.read('/nonexistent', { encoding: 'utf8' }),
-  'DELETE /files': (c) => c.files.remove('/nonexistent'),
-  'GET /files/exists': (c) => c.files.exists('/nonexistent'),
-  'GET /files/info': (c) => c.files.info('/nonexistent'),
-  'GET /files/list': (c) => c.files.list('/nonexistent', { depth: 1 }),
-  'POST /files/rename': (c) => c.files.rename('/nonexistent', '/nonexistent2'),
-  'POST /files/mkdir': (c) => c.files.mkdir('/nonexistent-dir/x', { username: 'root' }),
+  'PUT /files/raw': (c) => c.files.upload(`${dir}/x`, 'x', { username: 'root' }),
+  'GET /files/raw': (c) => c.files.download(`${dir}/missing`),
+  'POST /files/batch': (c) => c.files.writeBatch({ files: [{ path: `${dir}/x`, data: '', encoding: 'utf8' }], username: 'root' }),
+  'POST /files': (c) => c.files.write({ path: `${dir}/x`, data: '', encoding: 'utf8', username: 'root' }),
+  'GET /files': (c) => c.files.read(`${dir}/missing`, { encoding: 'utf8' }),
+  'DELETE /files': (c) => c.files.remove(`${dir}/missing`),
+  'GET /files/exists': (c) => c.files.exists(`${dir}/missing`),
+  'GET /files/info': (c) => c.files.info(`${dir}/missing`),
+  'GET /files/list': (c) => c.files.list(`${dir}/missing`, { depth: 1 }),
+  'POST /files/rename': (c) => c.files.rename(`${dir}/missing`, `${dir}/y`),
+  'POST /files/mkdir': (c) => c.files.mkdir(`${dir}/x`, { username: 'root' }),
   'POST /files/watch': async (c) => {
-    for await (const _ of c.files.watch({ path: '/nonexistent', recursive: true }));
+    for await (const _ of c.files.watch({ path: `${dir}/missing`, recursive: true }));
   },
 };
 
