@@ -47,6 +47,10 @@ await build({
   ],
 });
 
+// The typed client for other projects (package.json "exports": "./client"): one ESM file with no
+// dependency but fetch; its types are the TS source (docs/client.md says why).
+await build({ ...bundleOptions, format: 'esm', entryPoints: ['src/client/index.ts'], outfile: 'dist/client.mjs' });
+
 /**
  * GET /openapi.json's document, generated here from the route schemas by the
  * same code the tests run in process (src/lifecycle/openapi-document.ts), so

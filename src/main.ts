@@ -1,10 +1,5 @@
 import './process-title.js';
 import { ConfigError, HELP, parseCli } from './config.js';
-import { buildApp } from './app.js';
-import { prebuiltOpenApi } from './lifecycle/openapi-source.js';
-import { startEntrypoint } from './commands/entrypoint.js';
-import { createLogger } from './logger.js';
-import { startMemoryReclaim } from './memory-reclaim.js';
 import { runShell } from './shell/client.js';
 import { parseShellArgs, SHELL_HELP, ShellUsageError } from './shell/options.js';
 import { VERSION } from './version.js';
@@ -15,8 +10,17 @@ declare const ENVD_OPENAPI_JSON: string;
 /** How long SIGTERM may take before envd exits regardless. */
 const SHUTDOWN_DEADLINE_MS = 5_000;
 
+/** The client verbs (src/cli): they load neither fastify nor pino, so they start fast. */
+const CLIENT_VERBS = new Set(['exec', 'ps', 'attach', 'logs', 'kill', 'cat', 'ls', 'cp', 'watch', 'completion']);
+
 async function main(): Promise<void> {
-  if (process.argv[2] === 'shell') return shell(process.argv.slice(3));
+  const verb = process.argv[2];
+  if (verb === 'shell') return shell(process.argv.slice(3));
+  if (verb !== undefined && CLIENT_VERBS.has(verb)) {
+    const { runCli } = await import('./cli/main.js');
+    process.exitCode = await runCli(verb, process.argv.slice(3));
+    return;
+  }
   let action;
   try {
     action = parseCli(process.argv.slice(2), process.env);
@@ -32,6 +36,14 @@ async function main(): Promise<void> {
   // Read once into the config; no child may inherit it.
   delete process.env.ENVD_ACCESS_TOKEN;
 
+  // Loaded here, not at the top: the client verbs must not pay for fastify and pino.
+  const [{ buildApp }, { prebuiltOpenApi }, { createLogger }, { startMemoryReclaim }, { startEntrypoint }] = await Promise.all([
+    import('./app.js'),
+    import('./lifecycle/openapi-source.js'),
+    import('./logger.js'),
+    import('./memory-reclaim.js'),
+    import('./commands/entrypoint.js'),
+  ]);
   const logger = createLogger(config.logLevel);
   const app = await buildApp({ config, logger, openApi: prebuiltOpenApi(ENVD_OPENAPI_JSON) });
 

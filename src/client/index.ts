@@ -1,0 +1,28 @@
+import { Commands } from './commands.js';
+import { Files } from './files.js';
+import { Http, type ClientOptions } from './http.js';
+import { Lifecycle } from './lifecycle.js';
+
+export { EnvdError, type CallOptions, type ClientOptions } from './http.js';
+export type { CommandEvent, CommandResult, ExitInfo, ProcessInfo, SignalName, StartBody, StreamBody, StreamOptions } from './commands.js';
+export type { FileEntry, WatchEvent } from './files.js';
+export { parseSse, type SseEvent } from './sse.js';
+
+/** A typed client of one envd: `client.commands`, `client.files`, `client.lifecycle`. */
+export class EnvdClient {
+  readonly commands: Commands;
+  readonly files: Files;
+  readonly lifecycle: Lifecycle;
+  /** The base URL (no trailing slash) and token this client was made with. */
+  readonly baseUrl: string;
+  readonly token: string | undefined;
+
+  constructor(options: ClientOptions) {
+    const http = new Http(options);
+    this.baseUrl = http.base;
+    this.token = options.token;
+    this.commands = new Commands(http);
+    this.files = new Files(http);
+    this.lifecycle = new Lifecycle(http);
+  }
+}

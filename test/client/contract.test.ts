@@ -1,0 +1,115 @@
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, expect, it } from 'vitest';
+import { EnvdClient } from '../../src/client/index.js';
+import { generateOpenApiJson } from '../../src/lifecycle/openapi-document.js';
+import { startServer, type TestServer } from '../helpers/server.js';
+
+let server: TestServer;
+// Everything the calls may create stays in here (as root, mkdir and upload of a path would succeed anywhere).
+let dir: string;
+beforeAll(async () => {
+  server = await startServer();
+  dir = mkdtempSync(join(tmpdir(), 'envd-contract-'));
+});
+afterAll(async () => {
+  rmSync(dir, { recursive: true, force: true });
+  await server.close();
+});
+
+/**
+ * Every operation of the OpenAPI document, called through the client with every request field it has.
+ * A route added on the server without a client method (or a field the client cannot send) fails this test:
+ */
+const calls: Record<string, (c: EnvdClient) => Promise<unknown>> = {
+  'GET /health': (c) => c.lifecycle.health(),
+  'POST /init': (c) => c.lifecycle.init({ access_token: server.token, envs: {}, default_user: 'root', default_workdir: '/', default_limits: {}, timestamp: new Date().toISOString() }),
+  'GET /envs': (c) => c.lifecycle.envs(),
+  'GET /metrics': (c) => c.lifecycle.metrics(),
+  'GET /openapi.json': (c) => c.lifecycle.openApi(),
+  'POST /commands': (c) => c.commands.start({ cmd: 'cat', args: [], cwd: '/', envs: {}, timeout: 5, user: 'root', stdin: true, pty: { cols: 80, rows: 24 }, limits: {} }),
+  'POST /commands/stream': async (c) => {
+    for await (const _ of c.commands.stream({ cmd: 'true', args: [], cwd: '/', envs: {}, timeout: 5, user: 'root', pty: { cols: 80, rows: 24 }, limits: {} }));
+  },
+  'GET /commands/{pid}/stats': (c) => c.commands.stats(1),
+  'GET /commands': (c) => c.commands.list({ finished: true }),
+  'GET /commands/{pid}/stream': async (c) => {
+    for await (const _ of c.commands.attach(1, { from: '0-0' }));
+  },
+  'GET /commands/{pid}/output': (c) => c.commands.output(1, { stream: 'stdout', from: 0, limit: 1 }),
+  'GET /commands/{pid}/wait': (c) => c.commands.wait(1, { timeout_ms: 1 }),
+  'POST /commands/{pid}/stdin': (c) => c.commands.sendStdin(1, 'x'),
+  'DELETE /commands/{pid}/stdin': (c) => c.commands.closeStdin(1),
+  'POST /commands/{pid}/signal': (c) => c.commands.signal(1, 'SIGTERM'),
+  'DELETE /commands/{pid}': (c) => c.commands.kill(1),
+  'POST /commands/{pid}/resize': (c) => c.commands.resize(1, { cols: 80, rows: 24 }),
+  'PUT /files/raw': (c) => c.files.upload(`${dir}/x`, 'x', { username: 'root' }),
+  'GET /files/raw': (c) => c.files.download(`${dir}/missing`),
+  'POST /files/batch': (c) => c.files.writeBatch({ files: [{ path: `${dir}/x`, data: '', encoding: 'utf8' }], username: 'root' }),
+  'POST /files': (c) => c.files.write({ path: `${dir}/x`, data: '', encoding: 'utf8', username: 'root' }),
+  'GET /files': (c) => c.files.read(`${dir}/missing`, { encoding: 'utf8' }),
+  'DELETE /files': (c) => c.files.remove(`${dir}/missing`),
+  'GET /files/exists': (c) => c.files.exists(`${dir}/missing`),
+  'GET /files/info': (c) => c.files.info(`${dir}/missing`, { checksum: 'sha256' }),
+  'GET /files/archive': (c) => c.files.downloadArchive(`${dir}/missing`, { format: 'tar.gz' }),
+  'PUT /files/archive': (c) => c.files.uploadArchive(`${dir}/archive`, new Uint8Array(1024), { mode: 'create', username: 'root' }),
+  'GET /files/list': (c) => c.files.list(`${dir}/missing`, { depth: 1 }),
+  'POST /files/rename': (c) => c.files.rename(`${dir}/missing`, `${dir}/y`),
+  'POST /files/mkdir': (c) => c.files.mkdir(`${dir}/x`, { username: 'root' }),
+  'POST /files/watch': async (c) => {
+    for await (const _ of c.files.watch({ path: `${dir}/missing`, recursive: true }));
+  },
+};
+
+interface Operation {
+  parameters?: { in: string; name: string }[];
+  requestBody?: { content: Record<string, { schema: { properties?: Record<string, unknown>; type?: string } }> };
+}
+
+it('the client has a method for every path and method of the OpenAPI document, sending every request field', async () => {
+  const document = JSON.parse(await generateOpenApiJson()) as { paths: Record<string, Record<string, Operation>> };
+  // What the client actually sent, recorded at fetch: method, path, query names, JSON body field names.
+  const sent: { method: string; path: string; fields: Set<string> }[] = [];
+  const realFetch = globalThis.fetch;
+  globalThis.fetch = (async (input: string, init: RequestInit) => {
+    const url = new URL(input);
+    const fields = new Set(url.searchParams.keys());
+    if (typeof init.body === 'string' && init.headers && (init.headers as Record<string, string>)['content-type'] === 'application/json') {
+      const body = JSON.parse(init.body) as Record<string, unknown>;
+      for (const key of Object.keys(body)) fields.add(key);
+    }
+    sent.push({ method: init.method ?? 'GET', path: url.pathname, fields });
+    return realFetch(input, init);
+  }) as typeof fetch;
+  const client = new EnvdClient({ url: server.url, token: server.token });
+  const missing: string[] = [];
+  try {
+    for (const [path, methods] of Object.entries(document.paths)) {
+      for (const [method, operation] of Object.entries(methods)) {
+        const key = `${method.toUpperCase()} ${path}`;
+        const call = calls[key];
+        if (!call) {
+          missing.push(`${key}: no client method`);
+          continue;
+        }
+        sent.length = 0;
+        await call(client).catch(() => undefined); // the answer may be an error; what was sent is the point
+        const pattern = new RegExp(`^${path.replace(/\{[^}]+\}/g, '[^/]+')}$`);
+        const request = sent.find((s) => s.method === method.toUpperCase() && pattern.test(s.path));
+        if (!request) {
+          missing.push(`${key}: the client sent no such request`);
+          continue;
+        }
+        const wanted = [
+          ...(operation.parameters ?? []).filter((p) => p.in === 'query').map((p) => p.name),
+          ...Object.keys(operation.requestBody?.content['application/json']?.schema.properties ?? {}),
+        ];
+        for (const field of wanted) if (!request.fields.has(field)) missing.push(`${key}: request field ${field} is never sent`);
+      }
+    }
+  } finally {
+    globalThis.fetch = realFetch;
+  }
+  expect(missing).toEqual([]);
+});
