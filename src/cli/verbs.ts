@@ -1,10 +1,14 @@
-import { createWriteStream } from 'node:fs';
-import { mkdir, readdir, readFile, stat } from 'node:fs/promises';
+import { createReadStream, createWriteStream } from 'node:fs';
+import { mkdir, readdir, stat } from 'node:fs/promises';
 import { basename, dirname, join, posix } from 'node:path';
 import { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { parseArgs } from 'node:util';
 import { EnvdClient, type SignalName } from '../client/index.js';
+import { Progress } from './progress.js';
+
+/** Where a --json run's progress goes: nowhere (a stream that is no terminal). */
+const NO_TTY = { isTTY: false } as NodeJS.WriteStream;
 
 /** A mistake in the arguments: one line, exit 2. */
 export class UsageError extends Error {}
@@ -220,7 +224,12 @@ const cp: Verb = async (argv, common) => {
       }
       await mkdir(dirname(local), { recursive: true });
       const response = await common.client.files.download(entry.path);
-      await pipeline(Readable.fromWeb(response.body as never), createWriteStream(local));
+      const progress = new Progress(entry.path, Number(response.headers.get('content-length') ?? NaN) || undefined, common.json ? NO_TTY : process.stderr);
+      try {
+        await pipeline(Readable.fromWeb(response.body as never), progress.counter(), createWriteStream(local));
+      } finally {
+        progress.end();
+      }
       files += 1;
     }
   } else {
@@ -233,7 +242,14 @@ const cp: Verb = async (argv, common) => {
         for (const name of await readdir(path)) await push(join(path, name), posix.join(target, name));
         return;
       }
-      await common.client.files.upload(target, await readFile(path));
+      // Streamed from the file, counted for the progress line: a large file never sits whole in memory.
+      const progress = new Progress(path, (await stat(path)).size, common.json ? NO_TTY : process.stderr);
+      try {
+        const body = Readable.toWeb(createReadStream(path, { highWaterMark: 1024 * 1024 }).pipe(progress.counter())) as unknown as ReadableStream<Uint8Array>;
+        await common.client.files.upload(target, body);
+      } finally {
+        progress.end();
+      }
       files += 1;
     };
     const exists = await common.client.files.info(to!).catch(() => undefined);
