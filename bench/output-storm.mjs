@@ -2,8 +2,8 @@
 // commands printing 100 MB each that nobody reads or waits for, and 60 stream
 // clients that stop reading a fast command. Goal: envd's RSS at most 64 MiB over
 // its own idle RSS, at the peak, in both.
-import { request } from 'node:http';
 import { postJson, send } from './lib/client.mjs';
+import { stalledStream } from './lib/stalled-stream.mjs';
 import { atMost, makeRow, printRow, runIfMain } from './lib/figure.mjs';
 import { rssBytes, sampleRss, startEnvd } from './lib/envd-process.mjs';
 
@@ -13,21 +13,6 @@ const BENCH_USER = 'nobody';
 const MIB = 1024 * 1024;
 const settle = (ms = 1_000) => new Promise((r) => setTimeout(r, ms));
 
-/** A stream client that reads the response headers and then never reads again. */
-function stalledStream(envd, cmd) {
-  return new Promise((resolve, reject) => {
-    const body = JSON.stringify({ cmd, user: BENCH_USER });
-    const req = request(
-      { host: '127.0.0.1', port: envd.port, method: 'POST', path: '/commands/stream', agent: false, headers: { authorization: `Bearer ${envd.token}`, 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) } },
-      (res) => {
-        res.pause();
-        resolve({ close: () => req.destroy() });
-      },
-    );
-    req.on('error', reject);
-    req.end(body);
-  });
-}
 
 export async function run({ quick = false } = {}) {
   const bytes = quick ? 30_000_000 : 100_000_000;
@@ -68,7 +53,7 @@ export async function run({ quick = false } = {}) {
     const before = rssBytes(envd.pid);
     const stalled = sampleRss(envd.pid);
     const clients = [];
-    for (let i = 0; i < streams; i++) clients.push(await stalledStream(envd, 'yes "stalled stream output line"'));
+    for (let i = 0; i < streams; i++) clients.push(await stalledStream(envd, 'yes "stalled stream output line"', BENCH_USER));
     // RSS levels off once every command is blocked on its pipe.
     let last = rssBytes(envd.pid);
     for (let i = 0; i < 20; i++) {

@@ -6,8 +6,8 @@
 // the first use of each maps code once and keeps it (bench/memory.mjs says which).
 import { createReadStream } from 'node:fs';
 import { join } from 'node:path';
-import { request } from 'node:http';
 import { postJson, send } from './lib/client.mjs';
+import { stalledStream } from './lib/stalled-stream.mjs';
 import { atMost, makeRow, printRow, runIfMain } from './lib/figure.mjs';
 import { rssBytes, sampleRss, startEnvd } from './lib/envd-process.mjs';
 import { runConcurrently } from './lib/stats.mjs';
@@ -20,21 +20,6 @@ const STALLED_STREAMS = 100;
 const TRANSFER_BYTES = 64 * MIB;
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
-/** A stream client that reads the response headers and then never reads again. */
-function stalledStream(envd, cmd) {
-  return new Promise((resolve, reject) => {
-    const body = JSON.stringify({ cmd, user: BENCH_USER });
-    const req = request(
-      { host: '127.0.0.1', port: envd.port, method: 'POST', path: '/commands/stream', agent: false, headers: { authorization: `Bearer ${envd.token}`, 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) } },
-      (res) => {
-        res.pause();
-        resolve({ close: () => req.destroy() });
-      },
-    );
-    req.on('error', reject);
-    req.end(body);
-  });
-}
 
 async function upload(envd, source, target) {
   const { status, body } = await send(envd, 'PUT', `/files/raw?path=${encodeURIComponent(target)}`, {
@@ -99,7 +84,7 @@ export async function run({ quick = false } = {}) {
     );
     const streams = await onFreshEnvd(dir, source, async (envd) => {
       const clients = [];
-      for (let i = 0; i < STALLED_STREAMS; i++) clients.push(await stalledStream(envd, 'yes "stalled stream output line"'));
+      for (let i = 0; i < STALLED_STREAMS; i++) clients.push(await stalledStream(envd, 'yes "stalled stream output line"', BENCH_USER));
       await sleep(3_000); // every command blocked on its pipe
       clients.forEach((client) => client.close());
     });

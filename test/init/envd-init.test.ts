@@ -7,9 +7,8 @@
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
-import { createServer } from 'node:net';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { waitFor } from '../helpers/proc.js';
+import { freePort, waitFor } from '../helpers/proc.js';
 import { createTestUser, isRoot, type TestUser } from '../helpers/users.js';
 
 /**
@@ -21,16 +20,6 @@ let installed: string;
 const INIT = () => join(installed, 'envd-init');
 const TOKEN = 'init-test-token';
 
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const { port } = server.address() as { port: number };
-      server.close(() => resolve(port));
-    });
-  });
-}
 
 interface Booted {
   port: number;

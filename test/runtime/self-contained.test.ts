@@ -10,7 +10,7 @@ import { copyFileSync, existsSync, linkSync, mkdirSync, mkdtempSync, readdirSync
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createServer } from 'node:net';
+import { freePort } from '../helpers/proc.js';
 
 const DIST = join(process.cwd(), 'dist');
 const BUSYBOX = '/bin/busybox';
@@ -18,17 +18,6 @@ const BUSYBOX = '/bin/busybox';
 const CHROOT = '/usr/sbin/chroot';
 const TOKEN = 'runtime-test-token';
 
-/** A port nobody listens on right now (the kernel's pick for port 0, released again). */
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const { port } = server.address() as { port: number };
-      server.close(() => resolve(port));
-    });
-  });
-}
 
 let work: string;
 beforeAll(() => {
