@@ -42,6 +42,8 @@ const ERRNO_STATUS: Record<string, { status: number; text: string }> = {
   EXDEV: { status: 400, text: 'cannot move across file systems' },
   // Opening a Unix socket, or a device without a driver: there are no bytes to read.
   ENXIO: { status: 400, text: 'no such device or address (a socket, or a device without a driver)' },
+  // A file the kernel refuses to read as bytes (/proc/self/mem, a write-only proc file): the request's, not envd's.
+  EIO: { status: 400, text: 'cannot be read' },
   EMFILE: { status: 503, text: 'too many open files in envd; retry shortly' },
   ENFILE: { status: 503, text: 'too many open files in the system; retry shortly' },
   EAGAIN: { status: 503, text: 'resource temporarily unavailable (process or memory limit); retry shortly' },

@@ -67,6 +67,14 @@ describe('POST /files and GET /files', () => {
   });
 });
 
+describe('GET /files of a file the kernel will not read', () => {
+  it('answers /proc/self/mem (EIO) with a 400 that says so, not a 500', async () => {
+    const { status, body } = await scratch.server.json('GET', `/files?${q('/proc/self/mem')}`);
+    expect(status).toBe(400);
+    expect(body).toEqual({ message: '/proc/self/mem: cannot be read (EIO)' });
+  });
+});
+
 describe('POST /files/batch', () => {
   it('writes every file and answers their sizes; an empty batch answers an empty list', async () => {
     const a = join(scratch.dir, 'a.txt');
