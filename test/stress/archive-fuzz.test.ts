@@ -9,6 +9,7 @@ import { join } from 'node:path';
 import { gzipSync } from 'node:zlib';
 import { pack } from 'tar-stream';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { PROPERTY_SEED } from '../helpers/output-integrity.js';
 import { report, settleFds, startStressEnvd, type StressEnvd } from './harness.js';
 
 let target: StressEnvd;
@@ -86,7 +87,7 @@ describe('PUT /files/archive under generated bad input', () => {
           await putArchive(input.gzip ? gzipSync(bytes) : bytes);
         },
       ),
-      { numRuns: 300, seed: 27 },
+      { numRuns: Number(process.env.ENVD_FUZZ_RUNS ?? 300), seed: PROPERTY_SEED },
     );
     expect(await settleFds(target, fdsBefore)).toBeLessThanOrEqual(fdsBefore + 2);
   });
