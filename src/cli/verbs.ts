@@ -1,10 +1,12 @@
 import { createReadStream, createWriteStream } from 'node:fs';
-import { mkdir, readdir, stat } from 'node:fs/promises';
-import { basename, dirname, join, posix } from 'node:path';
+import { stat } from 'node:fs/promises';
+import { basename, join, posix, resolve } from 'node:path';
 import { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { parseArgs } from 'node:util';
 import { EnvdClient, type SignalName } from '../client/index.js';
+import { extractArchive } from '../files/archive-extract.js';
+import { tarPieces } from '../files/tar/write.js';
 import { Progress } from './progress.js';
 
 /** Where a --json run's progress goes: nowhere (a stream that is no terminal). */
@@ -209,55 +211,79 @@ const cp: Verb = async (argv, common) => {
   const from = remote(src);
   const to = remote(dst);
   if ((from === undefined) === (to === undefined)) throw new UsageError('cp: exactly one of SRC and DST is remote (:/path)');
-  let files = 0;
+  const progressTo = common.json ? NO_TTY : process.stderr;
+  let files: number;
   if (from !== undefined) {
-    // Download: a directory is walked with list (until the archive route lands), each file fetched.
     const info = await common.client.files.info(from);
-    const target = info.type === 'dir' ? dst : (await stat(dst).catch(() => undefined))?.isDirectory() ? join(dst, basename(from)) : dst;
-    const pulls = info.type === 'dir' ? (await common.client.files.list(from, { depth: 32 })).filter((e) => e.type !== 'symlink') : [info];
-    if (info.type === 'dir') await mkdir(target, { recursive: true });
-    for (const entry of pulls) {
-      const local = info.type === 'dir' ? join(target, posix.relative(from, entry.path)) : target;
-      if (entry.type === 'dir') {
-        await mkdir(local, { recursive: true });
-        continue;
-      }
-      await mkdir(dirname(local), { recursive: true });
-      const response = await common.client.files.download(entry.path);
-      const progress = new Progress(entry.path, Number(response.headers.get('content-length') ?? NaN) || undefined, common.json ? NO_TTY : process.stderr);
-      try {
-        await pipeline(Readable.fromWeb(response.body as never), progress.counter(), createWriteStream(local));
-      } finally {
-        progress.end();
-      }
-      files += 1;
-    }
+    const local = await stat(dst).catch(() => undefined);
+    // Into an existing directory under the source's name, as cp does; otherwise as the name given.
+    const target = local?.isDirectory() ? join(dst, posix.basename(from)) : dst;
+    files = info.type === 'dir' ? await pullTree(common, from, target, progressTo) : await pullFile(common, from, target, progressTo);
   } else {
-    const local = src;
-    const top = await stat(local).catch(() => undefined);
-    if (!top) throw new Error(`cp: ${local}: no such file or directory`);
-    const push = async (path: string, target: string): Promise<void> => {
-      if ((await stat(path)).isDirectory()) {
-        await common.client.files.mkdir(target);
-        for (const name of await readdir(path)) await push(join(path, name), posix.join(target, name));
-        return;
-      }
-      // Streamed from the file, counted for the progress line: a large file never sits whole in memory.
-      const progress = new Progress(path, (await stat(path)).size, common.json ? NO_TTY : process.stderr);
-      try {
-        const body = Readable.toWeb(createReadStream(path, { highWaterMark: 1024 * 1024 }).pipe(progress.counter())) as unknown as ReadableStream<Uint8Array>;
-        await common.client.files.upload(target, body);
-      } finally {
-        progress.end();
-      }
-      files += 1;
-    };
+    const local = await stat(src).catch(() => undefined);
+    if (!local) throw new Error(`cp: ${src}: no such file or directory`);
     const exists = await common.client.files.info(to!).catch(() => undefined);
-    await push(local, exists?.type === 'dir' ? posix.join(to!, basename(local)) : to!);
+    const target = exists?.type === 'dir' ? posix.join(to!, basename(src)) : to!;
+    files = local.isDirectory() ? await pushTree(common, src, target, progressTo) : await pushFile(common, src, target, local.size, progressTo);
   }
   if (common.json) common.out(`${JSON.stringify({ files })}\n`);
   return 0;
 };
+
+/** One file down, streamed to disk and counted for the progress line. */
+async function pullFile(common: Common, from: string, target: string, progressTo: NodeJS.WriteStream): Promise<number> {
+  const response = await common.client.files.download(from);
+  const progress = new Progress(from, Number(response.headers.get('content-length') ?? NaN) || undefined, progressTo);
+  try {
+    await pipeline(Readable.fromWeb(response.body as never), progress.counter(), createWriteStream(target));
+  } finally {
+    progress.end();
+  }
+  return 1;
+}
+
+/**
+ * A whole tree down in one request (GET /files/archive), extracted with
+ * envd's own all-or-nothing extraction: a hostile or broken archive from a
+ * sandbox cannot write outside `target` or leave half a tree; an existing
+ * target is merged into.
+ */
+async function pullTree(common: Common, from: string, target: string, progressTo: NodeJS.WriteStream): Promise<number> {
+  const response = await common.client.files.downloadArchive(from);
+  const progress = new Progress(from, undefined, progressTo);
+  try {
+    const exists = (await stat(target).catch(() => undefined)) !== undefined;
+    const body = Readable.fromWeb(response.body as never).pipe(progress.counter());
+    return (await extractArchive(body, resolve(target), exists ? 'merge' : 'create', undefined)).files;
+  } finally {
+    progress.end();
+  }
+}
+
+/** One file up, streamed from disk: a large file never sits whole in memory. */
+async function pushFile(common: Common, path: string, target: string, size: number, progressTo: NodeJS.WriteStream): Promise<number> {
+  const progress = new Progress(path, size, progressTo);
+  try {
+    const body = Readable.toWeb(createReadStream(path, { highWaterMark: 1024 * 1024 }).pipe(progress.counter())) as unknown as ReadableStream<Uint8Array>;
+    await common.client.files.upload(target, body);
+  } finally {
+    progress.end();
+  }
+  return 1;
+}
+
+/** A whole tree up in one request: written as tar while it is sent, extracted by envd all or nothing (merged into an existing target). */
+async function pushTree(common: Common, path: string, target: string, progressTo: NodeJS.WriteStream): Promise<number> {
+  const progress = new Progress(path, undefined, progressTo);
+  try {
+    const exists = await common.client.files.exists(target);
+    const tar = Readable.from(tarPieces(path), { objectMode: false, highWaterMark: 1024 * 1024 }).pipe(progress.counter());
+    const body = Readable.toWeb(tar) as unknown as ReadableStream<Uint8Array>;
+    return (await common.client.files.uploadArchive(target, body, { mode: exists ? 'merge' : 'create' })).files;
+  } finally {
+    progress.end();
+  }
+}
 
 const watch: Verb = async (argv, common) => {
   const { values, positionals } = parse('watch', argv, { recursive: { type: 'boolean', short: 'r' } });

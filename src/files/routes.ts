@@ -1,7 +1,7 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import { lstat } from 'node:fs/promises';
 import { basename } from 'node:path';
-import type { Readable } from 'node:stream';
+import { Readable } from 'node:stream';
 import type { Config } from '../config.js';
 import { badRequest, HttpError, errnoToHttpError } from '../errors.js';
 import { extractArchive } from './archive-extract.js';
@@ -187,8 +187,10 @@ export const fileRoutes: FastifyPluginAsyncTypebox<FileRoutesOptions> = async (a
     async (request) => {
       const path = checkPath(request.query.path, 'path');
       if (path === '/') throw badRequest('path: cannot extract over /');
+      // Only the raw content types come as a stream; no body, or one fastify parsed (JSON), is not an archive.
+      if (!(request.body instanceof Readable)) throw badRequest('body: a tar or tar.gz archive is required (content-type application/x-tar, application/gzip or application/octet-stream)');
       const owner = await resolveOwner(state, request.query.username);
-      return extractArchive(request.body as Readable, path, (request.query.mode ?? 'create') as 'create' | 'merge' | 'replace', owner);
+      return extractArchive(request.body, path, (request.query.mode ?? 'create') as 'create' | 'merge' | 'replace', owner);
     },
   );
 

@@ -1,5 +1,5 @@
 import { execFile, spawn } from 'node:child_process';
-import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readdirSync, readFileSync, readlinkSync, rmSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -53,17 +53,27 @@ describe('envd CLI verbs (dist/envd as a child process)', () => {
     expect((await envd(['kill', String(pid)])).code).toBe(0);
   });
 
-  it('cp copies a directory both ways; cat and ls read remote files', async () => {
+  it('cp copies a directory both ways as one archive (modes and symlinks kept, into an existing directory by name); cat and ls read remote files', async () => {
     const local = join(dir, 'src');
     mkdirSync(join(local, 'sub'), { recursive: true });
     writeFileSync(join(local, 'a'), 'A');
     writeFileSync(join(local, 'sub', 'b'), 'B');
-    expect((await envd(['cp', local, `:${join(dir, 'remote')}`])).code).toBe(0);
+    writeFileSync(join(local, 'run.sh'), '#!/bin/sh\n', { mode: 0o750 });
+    symlinkSync('sub/b', join(local, 'link'));
+    const up = await envd(['cp', '--json', local, `:${join(dir, 'remote')}`]);
+    expect(up).toMatchObject({ code: 0 });
+    expect(JSON.parse(up.stdout)).toEqual({ files: 3 }); // regular files; the symlink and directories are not counted
     expect((await envd(['cat', join(dir, 'remote', 'sub', 'b')])).stdout).toBe('B');
     expect((await envd(['ls', '-d', '2', join(dir, 'remote')])).stdout).toContain(join(dir, 'remote', 'sub', 'b'));
     expect((await envd(['cp', `:${join(dir, 'remote')}`, join(dir, 'back')])).code).toBe(0);
     expect(readFileSync(join(dir, 'back', 'a'), 'utf8')).toBe('A');
     expect(readFileSync(join(dir, 'back', 'sub', 'b'), 'utf8')).toBe('B');
+    expect(statSync(join(dir, 'back', 'run.sh')).mode & 0o777).toBe(0o750);
+    expect(readlinkSync(join(dir, 'back', 'link'))).toBe('sub/b');
+    // Into a directory that exists: under the source's name, as cp -r does.
+    expect((await envd(['cp', `:${join(dir, 'remote')}`, join(dir, 'back')])).code).toBe(0);
+    expect(readFileSync(join(dir, 'back', 'remote', 'sub', 'b'), 'utf8')).toBe('B');
+    expect(readdirSync(dir).filter((name) => name.startsWith('.envd-archive-'))).toEqual([]);
   });
 
   it('errors are one line and exit 1: bad token, unreachable, missing pid, missing path', async () => {

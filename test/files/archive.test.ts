@@ -134,7 +134,7 @@ describe('PUT /files/archive', () => {
     ['an absolute symlink', [{ header: { name: 'abs', type: 'symlink', linkname: '/etc/passwd' } }], /"abs": a symlink to an absolute path/],
     ['a file written through a symlink', [{ header: { name: 'd', type: 'symlink', linkname: '.' } }, { header: { name: 'd/x.txt' }, body: 'x' }], /"d\/x\.txt": a directory on its path is a symlink/],
     ['a hard link out', [{ header: { name: 'h', type: 'link', linkname: '/etc/passwd' } }], /"h": a hard link to "\/etc\/passwd", which is not a file extracted before it/],
-    ['a device node', [{ header: { name: 'dev', type: 'character-device', devmajor: 1, devminor: 3 } }], /"dev": a character-device/],
+    ['a device node', [{ header: { name: 'dev', type: 'character-device', devmajor: 1, devminor: 3 } }], /"dev": a character device/],
     ['a fifo', [{ header: { name: 'pipe', type: 'fifo' } }], /"pipe": a fifo/],
   ])('refuses %s with a 400 naming the entry, and writes nothing', async (_, entries, message) => {
     const target = join(scratch.dir, 'target');
@@ -152,6 +152,8 @@ describe('PUT /files/archive', () => {
     for (const [body, type] of [
       [randomBytes(4096), 'application/x-tar'],
       [good.subarray(0, 10_000), 'application/x-tar'],
+      [good.subarray(0, good.length - 1024), 'application/x-tar'], // whole entries, no end-of-archive blocks
+      [Buffer.alloc(0), 'application/x-tar'],
       [gz.subarray(0, gz.length / 2), 'application/gzip'],
     ] as const) {
       const target = join(scratch.dir, 'target');
@@ -161,6 +163,14 @@ describe('PUT /files/archive', () => {
       expect(existsSync(target)).toBe(false);
       expect(leftovers(scratch.dir)).toEqual([]);
     }
+    // No body at all (no content type: nothing to stream), and JSON where an archive belongs.
+    const target = join(scratch.dir, 'target');
+    for (const init of [{}, { body: '{"a":1}', headers: { 'content-type': 'application/json' } }]) {
+      const res = await scratch.server.call('PUT', `/files/archive?${q({ path: target })}`, undefined, init);
+      expect(res.status).toBe(400);
+      expect((await res.json()).message).toMatch(/body: a tar or tar\.gz archive is required/);
+    }
+    expect(existsSync(target)).toBe(false);
   });
 
   it('answers 413 for an entry that would fill the disk (a gzip bomb stops at its header), and leaves nothing', async () => {

@@ -1,0 +1,229 @@
+import {
+  closeSync,
+  fchownSync,
+  futimesSync,
+  lchownSync,
+  linkSync,
+  lstatSync,
+  lutimesSync,
+  mkdirSync,
+  openSync,
+  rmSync,
+  statfsSync,
+  symlinkSync,
+  writeSync,
+} from 'node:fs';
+import { open, type FileHandle } from 'node:fs/promises';
+import { dirname, join, normalize, resolve, sep } from 'node:path';
+import { badRequest, HttpError } from '../errors.js';
+import type { Owner } from './paths.js';
+import type { TarHeader } from './tar/format.js';
+import type { TarVisitor } from './tar/read.js';
+
+/** Free space an archive must leave on the disk: the sandbox's own work needs some too. */
+const DISK_RESERVE_BYTES = 64 * 1024 * 1024;
+/** Up to this size a file's data is gathered and written in one go; larger ones are written as they come, in pieces this size. */
+const GATHER_BYTES = 256 * 1024;
+
+/**
+ * Writes each entry of an archive under `root` as readTar hands it over,
+ * refusing (400, naming the entry) absolute names, `..` out of the tree,
+ * symlinks whose target resolves outside it, writing through a symlink the
+ * archive made, hard links to anything but a regular file extracted before,
+ * and device nodes and fifos; 413 when a file would leave the disk with less
+ * than its reserve (a gzip bomb stops at its first big header).
+ *
+ * Why synchronous file calls for small files: an archive is mostly small
+ * files, and an open, write, futimes and close in the thread pool cost ten
+ * times what they do inline. At most one input chunk's worth of files is
+ * written per turn of the event loop; large files are written asynchronously.
+ */
+export class EntryWriter implements TarVisitor {
+  files = 0;
+  bytes = 0;
+  /** Directories and their mtimes, set once everything is written (writing their entries changed them). */
+  readonly dirTimes: Array<[string, number]> = [];
+  private readonly knownDirs: Set<string>;
+  private readonly regular = new Set<string>();
+  private readonly gathered = Buffer.allocUnsafe(GATHER_BYTES);
+  private file?: { header: TarHeader; target: string; filled: number; handle?: FileHandle };
+
+  constructor(
+    private readonly root: string,
+    private readonly owner: Owner | undefined,
+  ) {
+    this.knownDirs = new Set([root]);
+  }
+
+  async entry(header: TarHeader): Promise<void> {
+    await this.named(header.name, () => this.start(header));
+  }
+
+  async data(piece: Buffer): Promise<void> {
+    const file = this.file;
+    if (!file) return; // data of an entry that keeps none (a symlink's, a skipped one's)
+    await this.named(file.header.name, async () => {
+      for (let at = 0; at < piece.length; ) {
+        const copied = piece.copy(this.gathered, file.filled, at);
+        file.filled += copied;
+        at += copied;
+        if (file.handle && file.filled === GATHER_BYTES) await this.writeGathered(file.handle, file);
+      }
+    });
+  }
+
+  async end(): Promise<void> {
+    const file = this.file;
+    if (!file) return;
+    this.file = undefined;
+    await this.named(file.header.name, () => this.finish(file));
+  }
+
+  /** Closes a file left open by a failure; the caller then removes the tree. */
+  async abort(): Promise<void> {
+    await this.file?.handle?.close().catch(() => {});
+    this.file = undefined;
+  }
+
+  private async start(header: TarHeader): Promise<void> {
+    const name = header.name;
+    const refuse = (why: string) => badRequest(`archive entry ${JSON.stringify(name)}: ${why}; nothing was written`);
+    if (name.includes('\0')) throw refuse('a NUL byte in its name');
+    if (name.startsWith('/')) throw refuse('an absolute path');
+    const relativeName = normalize(name).replace(/\/+$/, '');
+    if (relativeName === '..' || relativeName.startsWith(`..${sep}`)) throw refuse('it leaves the directory (..)');
+    if (relativeName === '.' || relativeName === '') return;
+    const target = join(this.root, relativeName);
+    const mode = header.mode & 0o7777;
+    const parent = dirname(target);
+    if (!this.knownDirs.has(parent)) {
+      mkdirSync(parent, { recursive: true });
+      if (this.escapesThroughSymlink(parent)) throw refuse('a directory on its path is a symlink');
+      this.knownDirs.add(parent);
+    }
+    switch (header.type) {
+      case 'directory':
+        if (lstatSync(target, { throwIfNoEntry: false })?.isSymbolicLink()) throw refuse('a directory where the archive made a symlink');
+        mkdirSync(target, { recursive: true, mode });
+        this.knownDirs.add(target);
+        this.dirTimes.push([target, header.mtime]);
+        break;
+      case 'file':
+        this.ensureRoom(header.size, name);
+        this.file = { header, target, filled: 0 };
+        // Never through an existing name ('wx' does not follow a symlink): a later entry of the same name replaces the earlier.
+        if (header.size > GATHER_BYTES) this.file.handle = await open(target, 'wx', mode).catch(async (error: NodeJS.ErrnoException) => {
+          if (error.code !== 'EEXIST') throw error;
+          rmSync(target, { force: true });
+          return open(target, 'wx', mode);
+        });
+        this.regular.add(relativeName);
+        return; // owner and times once written, in finish
+      case 'symlink': {
+        const linkname = header.linkname;
+        if (linkname.startsWith('/')) throw refuse(`a symlink to an absolute path (${linkname})`);
+        if (!inside(this.root, resolve(dirname(target), linkname))) throw refuse(`a symlink out of the directory (${linkname})`);
+        symlinkSync(linkname, target);
+        lutimesSync(target, header.mtime, header.mtime);
+        break;
+      }
+      case 'link': {
+        const to = normalize(header.linkname).replace(/\/+$/, '');
+        if (!this.regular.has(to)) throw refuse(`a hard link to ${JSON.stringify(header.linkname)}, which is not a file extracted before it`);
+        linkSync(join(this.root, to), target);
+        this.files++;
+        return; // the file it links to has its owner already
+      }
+      default:
+        throw refuse(`a ${describeFlag(header.flag)} (only files, directories, symlinks and hard links are extracted)`);
+    }
+    if (this.owner) lchownSync(target, this.owner.uid, this.owner.gid);
+  }
+
+  private async finish(file: NonNullable<EntryWriter['file']>): Promise<void> {
+    const { header, target } = file;
+    if (file.handle) {
+      const handle = file.handle;
+      try {
+        await this.writeGathered(handle, file);
+        await handle.utimes(header.mtime, header.mtime);
+        if (this.owner) await handle.chown(this.owner.uid, this.owner.gid);
+      } finally {
+        await handle.close();
+      }
+    } else {
+      const mode = header.mode & 0o7777;
+      let fd: number;
+      try {
+        fd = openSync(target, 'wx', mode);
+      } catch (error) {
+        if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error;
+        rmSync(target, { force: true });
+        fd = openSync(target, 'wx', mode);
+      }
+      try {
+        for (let written = 0; written < file.filled; ) written += writeSync(fd, this.gathered, written, file.filled - written);
+        futimesSync(fd, header.mtime, header.mtime);
+        if (this.owner) fchownSync(fd, this.owner.uid, this.owner.gid);
+      } finally {
+        closeSync(fd);
+      }
+    }
+    this.files++;
+    this.bytes += header.size;
+  }
+
+  private async writeGathered(handle: FileHandle, file: { filled: number }): Promise<void> {
+    for (let written = 0; written < file.filled; ) written += (await handle.write(this.gathered, written, file.filled - written)).bytesWritten;
+    file.filled = 0;
+  }
+
+  /** Runs one step of an entry, with a file system's refusal turned into the client's error naming the entry. */
+  private async named(name: string, step: () => void | Promise<void>): Promise<void> {
+    try {
+      await step();
+    } catch (error) {
+      throw entryError(name, error);
+    }
+  }
+
+  /** Whether a directory an entry goes into is reached through a symlink the archive made (a later entry writing through it). */
+  private escapesThroughSymlink(dir: string): boolean {
+    for (let at = dir; inside(this.root, at) && at !== this.root; at = dirname(at)) {
+      if (lstatSync(at).isSymbolicLink()) return true;
+    }
+    return false;
+  }
+
+  /** 413 when writing `bytes` more would leave the disk with less than its reserve. */
+  private ensureRoom(bytes: number, name: string): void {
+    const disk = statfsSync(this.root);
+    const free = disk.bavail * disk.bsize;
+    if (bytes > free - DISK_RESERVE_BYTES) {
+      throw new HttpError(413, `archive entry ${JSON.stringify(name)}: ${bytes} bytes would leave less than ${DISK_RESERVE_BYTES} bytes free on the disk (${free} free); nothing was written`);
+    }
+  }
+}
+
+function inside(root: string, path: string): boolean {
+  return path === root || path.startsWith(`${root}${sep}`);
+}
+
+const FLAGS: Record<string, string> = { '3': 'character device', '4': 'block device', '6': 'fifo' };
+
+function describeFlag(flag: string): string {
+  return FLAGS[flag] ?? `entry of type ${JSON.stringify(flag)}`;
+}
+
+/**
+ * What writing an entry ran into, as the client's error: the disk full is a
+ * 507; any other refusal of the file system (a name too long, a file where
+ * the archive wants a directory, a loop) is the archive's, a 400 naming the entry.
+ */
+function entryError(name: string, error: unknown): unknown {
+  if (error instanceof HttpError) return error;
+  const code = (error as NodeJS.ErrnoException).code;
+  if (code === 'ENOSPC' || code === 'EDQUOT') return new HttpError(507, `archive entry ${JSON.stringify(name)}: the disk is full (${code}); nothing was written`);
+  if (code !== undefined && /^E[A-Z]+$/.test(code)) return badRequest(`archive entry ${JSON.stringify(name)}: cannot be written (${code}); nothing was written`);
+  return error;
+}
