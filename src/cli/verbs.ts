@@ -6,7 +6,7 @@ import { pipeline } from 'node:stream/promises';
 import { parseArgs } from 'node:util';
 import { EnvdClient, type SignalName } from '../client/index.js';
 import { extractArchive } from '../files/archive-extract.js';
-import { tarPieces } from '../files/tar/write.js';
+import { TarBody } from '../files/tar/body.js';
 import { Progress } from './progress.js';
 
 /** Where a --json run's progress goes: nowhere (a stream that is no terminal). */
@@ -277,7 +277,7 @@ async function pushTree(common: Common, path: string, target: string, progressTo
   const progress = new Progress(path, undefined, progressTo);
   try {
     const exists = await common.client.files.exists(target);
-    const tar = Readable.from(tarPieces(path), { objectMode: false, highWaterMark: 1024 * 1024 }).pipe(progress.counter());
+    const tar = new TarBody(path).pipe(progress.counter());
     const body = Readable.toWeb(tar) as unknown as ReadableStream<Uint8Array>;
     return (await common.client.files.uploadArchive(target, body, { mode: exists ? 'merge' : 'create' })).files;
   } finally {

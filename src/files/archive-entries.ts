@@ -47,6 +47,8 @@ export class EntryWriter implements TarVisitor {
   private readonly regular = new Set<string>();
   private readonly gathered = Buffer.allocUnsafe(GATHER_BYTES);
   private file?: { header: TarHeader; target: string; filled: number; handle?: FileHandle };
+  /** What may still be written before the disk's free space is asked again. */
+  private room = { bytes: 0, entries: 0 };
 
   constructor(
     private readonly root: string,
@@ -55,28 +57,36 @@ export class EntryWriter implements TarVisitor {
     this.knownDirs = new Set([root]);
   }
 
-  async entry(header: TarHeader): Promise<void> {
-    await this.named(header.name, () => this.start(header));
+  // Each step is synchronous for what is most of an archive (directories, small files, links) and
+  // returns a promise only for a large file's open and writes: no promise per entry to make and collect.
+
+  entry(header: TarHeader): void | Promise<void> {
+    return this.named(header.name, () => this.start(header));
   }
 
-  async data(piece: Buffer): Promise<void> {
+  data(piece: Buffer): void | Promise<void> {
     const file = this.file;
     if (!file) return; // data of an entry that keeps none (a symlink's, a skipped one's)
-    await this.named(file.header.name, async () => {
+    if (!file.handle) {
+      piece.copy(this.gathered, file.filled); // a small file's data fits whole
+      file.filled += piece.length;
+      return;
+    }
+    return this.named(file.header.name, async () => {
       for (let at = 0; at < piece.length; ) {
         const copied = piece.copy(this.gathered, file.filled, at);
         file.filled += copied;
         at += copied;
-        if (file.handle && file.filled === GATHER_BYTES) await this.writeGathered(file.handle, file);
+        if (file.filled === GATHER_BYTES) await this.writeGathered(file.handle!, file);
       }
     });
   }
 
-  async end(): Promise<void> {
+  end(): void | Promise<void> {
     const file = this.file;
     if (!file) return;
     this.file = undefined;
-    await this.named(file.header.name, () => this.finish(file));
+    return this.named(file.header.name, () => (file.handle ? this.finishLarge(file, file.handle) : this.finishSmall(file)));
   }
 
   /** Closes a file left open by a failure; the caller then removes the tree. */
@@ -85,7 +95,7 @@ export class EntryWriter implements TarVisitor {
     this.file = undefined;
   }
 
-  private async start(header: TarHeader): Promise<void> {
+  private start(header: TarHeader): void | Promise<void> {
     const name = header.name;
     const refuse = (why: string) => badRequest(`archive entry ${JSON.stringify(name)}: ${why}; nothing was written`);
     if (name.includes('\0')) throw refuse('a NUL byte in its name');
@@ -111,14 +121,10 @@ export class EntryWriter implements TarVisitor {
       case 'file':
         this.ensureRoom(header.size, name);
         this.file = { header, target, filled: 0 };
-        // Never through an existing name ('wx' does not follow a symlink): a later entry of the same name replaces the earlier.
-        if (header.size > GATHER_BYTES) this.file.handle = await open(target, 'wx', mode).catch(async (error: NodeJS.ErrnoException) => {
-          if (error.code !== 'EEXIST') throw error;
-          rmSync(target, { force: true });
-          return open(target, 'wx', mode);
-        });
         this.regular.add(relativeName);
-        return; // owner and times once written, in finish
+        // Owner and times once written (finish); a large file is opened now, to be written as it comes.
+        if (header.size > GATHER_BYTES) return this.openLarge(this.file, mode);
+        return;
       case 'symlink': {
         const linkname = header.linkname;
         if (linkname.startsWith('/')) throw refuse(`a symlink to an absolute path (${linkname})`);
@@ -140,34 +146,44 @@ export class EntryWriter implements TarVisitor {
     if (this.owner) lchownSync(target, this.owner.uid, this.owner.gid);
   }
 
-  private async finish(file: NonNullable<EntryWriter['file']>): Promise<void> {
+  /** Never through an existing name ('wx' does not follow a symlink): a later entry of the same name replaces the earlier. */
+  private async openLarge(file: NonNullable<EntryWriter['file']>, mode: number): Promise<void> {
+    file.handle = await open(file.target, 'wx', mode).catch(async (error: NodeJS.ErrnoException) => {
+      if (error.code !== 'EEXIST') throw error;
+      rmSync(file.target, { force: true });
+      return open(file.target, 'wx', mode);
+    });
+  }
+
+  private async finishLarge(file: NonNullable<EntryWriter['file']>, handle: FileHandle): Promise<void> {
+    try {
+      await this.writeGathered(handle, file);
+      await handle.utimes(file.header.mtime, file.header.mtime);
+      if (this.owner) await handle.chown(this.owner.uid, this.owner.gid);
+    } finally {
+      await handle.close();
+    }
+    this.files++;
+    this.bytes += file.header.size;
+  }
+
+  private finishSmall(file: NonNullable<EntryWriter['file']>): void {
     const { header, target } = file;
-    if (file.handle) {
-      const handle = file.handle;
-      try {
-        await this.writeGathered(handle, file);
-        await handle.utimes(header.mtime, header.mtime);
-        if (this.owner) await handle.chown(this.owner.uid, this.owner.gid);
-      } finally {
-        await handle.close();
-      }
-    } else {
-      const mode = header.mode & 0o7777;
-      let fd: number;
-      try {
-        fd = openSync(target, 'wx', mode);
-      } catch (error) {
-        if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error;
-        rmSync(target, { force: true });
-        fd = openSync(target, 'wx', mode);
-      }
-      try {
-        for (let written = 0; written < file.filled; ) written += writeSync(fd, this.gathered, written, file.filled - written);
-        futimesSync(fd, header.mtime, header.mtime);
-        if (this.owner) fchownSync(fd, this.owner.uid, this.owner.gid);
-      } finally {
-        closeSync(fd);
-      }
+    const mode = header.mode & 0o7777;
+    let fd: number;
+    try {
+      fd = openSync(target, 'wx', mode);
+    } catch (error) {
+      if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error;
+      rmSync(target, { force: true });
+      fd = openSync(target, 'wx', mode);
+    }
+    try {
+      for (let written = 0; written < file.filled; ) written += writeSync(fd, this.gathered, written, file.filled - written);
+      futimesSync(fd, header.mtime, header.mtime);
+      if (this.owner) fchownSync(fd, this.owner.uid, this.owner.gid);
+    } finally {
+      closeSync(fd);
     }
     this.files++;
     this.bytes += header.size;
@@ -179,9 +195,11 @@ export class EntryWriter implements TarVisitor {
   }
 
   /** Runs one step of an entry, with a file system's refusal turned into the client's error naming the entry. */
-  private async named(name: string, step: () => void | Promise<void>): Promise<void> {
+  private named(name: string, step: () => void | Promise<void>): void | Promise<void> {
     try {
-      await step();
+      return step()?.catch((error: unknown) => {
+        throw entryError(name, error);
+      });
     } catch (error) {
       throw entryError(name, error);
     }
@@ -195,15 +213,28 @@ export class EntryWriter implements TarVisitor {
     return false;
   }
 
-  /** 413 when writing `bytes` more would leave the disk with less than its reserve. */
+  /**
+   * 413 when writing `bytes` more would leave the disk with less than its
+   * reserve. The disk is asked again after 16 MiB or 1,000 entries, not for
+   * every small file: others write meanwhile, and the 64 MiB reserve absorbs that.
+   */
   private ensureRoom(bytes: number, name: string): void {
+    if (bytes <= this.room.bytes && this.room.entries > 0) {
+      this.room.bytes -= bytes;
+      this.room.entries--;
+      return;
+    }
     const disk = statfsSync(this.root);
     const free = disk.bavail * disk.bsize;
     if (bytes > free - DISK_RESERVE_BYTES) {
       throw new HttpError(413, `archive entry ${JSON.stringify(name)}: ${bytes} bytes would leave less than ${DISK_RESERVE_BYTES} bytes free on the disk (${free} free); nothing was written`);
     }
+    this.room = { bytes: Math.min(free - DISK_RESERVE_BYTES, RECHECK_BYTES) - bytes, entries: RECHECK_ENTRIES };
   }
 }
+
+const RECHECK_BYTES = 16 * 1024 * 1024;
+const RECHECK_ENTRIES = 1_000;
 
 function inside(root: string, path: string): boolean {
   return path === root || path.startsWith(`${root}${sep}`);

@@ -5,11 +5,15 @@ import { Readable } from 'node:stream';
 import { createGunzip } from 'node:zlib';
 import { badRequest, conflict, HttpError } from '../errors.js';
 import { EntryWriter } from './archive-entries.js';
+import { readAhead } from './read-ahead.js';
 import type { Owner } from './paths.js';
 import { TarFormatError } from './tar/format.js';
 import { readTar } from './tar/read.js';
 
 export type ExtractMode = 'create' | 'merge' | 'replace';
+
+/** How far the body is read ahead of the extraction (see readAhead). */
+const READ_AHEAD_BYTES = 1024 * 1024;
 
 export interface Extracted {
   path: string;
@@ -36,11 +40,16 @@ export async function extractArchive(body: Readable, dir: string, mode: ExtractM
   await mkdir(parent, { recursive: true });
   const temp = join(parent, `.envd-archive-${randomBytes(6).toString('hex')}`);
   await mkdir(temp, { mode: 0o755 });
-  const writer = new EntryWriter(temp, owner);
+  // No chown per entry where what envd creates has the owner's ids already: the temporary tree is
+  // theirs and passes on no other group (no set-group-id bit). A directory the archive makes is
+  // created the same way, so its entries are too.
+  const made = await lstat(temp);
+  const ownedAlready = owner !== undefined && made.uid === owner.uid && made.gid === owner.gid && (made.mode & 0o2000) === 0;
+  const writer = new EntryWriter(temp, ownedAlready ? undefined : owner);
   try {
     const hash = createHash('sha256');
-    const { source, gzipped } = await openBody(body, hash);
-    await readTar(gzipped ? gunzip(source) : source, writer);
+    const { chunks, gzipped } = await openBody(body, hash);
+    await readTar(gzipped ? gunzip(chunks) : chunks, writer);
     // Directory mtimes last: writing their entries changed them.
     for (const [path, time] of writer.dirTimes) await utimes(path, time, time).catch(() => {});
     if (owner) await chown(temp, owner.uid, owner.gid);
@@ -58,27 +67,23 @@ export async function extractArchive(body: Readable, dir: string, mode: ExtractM
   }
 }
 
-/** The body as a stream that also feeds `hash`, and whether it is gzipped (its first two bytes). */
-async function openBody(body: Readable, hash: ReturnType<typeof createHash>): Promise<{ source: Readable; gzipped: boolean }> {
-  const chunks = body[Symbol.asyncIterator]();
-  const first = await chunks.next();
+/** The body's chunks, each fed to `hash` as it passes, and whether they are gzipped (their first two bytes). */
+async function openBody(body: Readable, hash: ReturnType<typeof createHash>): Promise<{ chunks: AsyncIterable<Buffer>; gzipped: boolean }> {
+  const iterator = readAhead(body, READ_AHEAD_BYTES);
+  const first = await iterator.next();
   async function* all(): AsyncGenerator<Buffer> {
-    if (first.done) return;
-    hash.update(first.value as Buffer);
-    yield first.value as Buffer;
-    for (;;) {
-      const next = await chunks.next();
-      if (next.done) return;
+    for (let next = first; !next.done; next = await iterator.next()) {
       hash.update(next.value as Buffer);
       yield next.value as Buffer;
     }
   }
   const head = first.done ? undefined : (first.value as Buffer);
-  return { source: Readable.from(all(), { objectMode: false }), gzipped: head !== undefined && head[0] === 0x1f && head[1] === 0x8b };
+  return { chunks: all(), gzipped: head !== undefined && head[0] === 0x1f && head[1] === 0x8b };
 }
 
-/** The source gunzipped; an error of either side ends the iteration with it. */
-function gunzip(source: Readable): Readable {
+/** The chunks gunzipped; an error of either side ends the iteration with it. */
+function gunzip(chunks: AsyncIterable<Buffer>): Readable {
+  const source = Readable.from(chunks, { objectMode: false });
   const out = createGunzip();
   source.on('error', (error) => out.destroy(error));
   return source.pipe(out);

@@ -1,16 +1,16 @@
 import { lstat } from 'node:fs/promises';
-import { Readable } from 'node:stream';
+import type { Readable } from 'node:stream';
 import { createGzip } from 'node:zlib';
 import { badRequest, errnoToHttpError } from '../errors.js';
-import { tarPieces } from './tar/write.js';
+import { TarBody } from './tar/body.js';
 
 export type ArchiveFormat = 'tar' | 'tar.gz';
 
 /**
  * A directory tree as a tar stream (gzipped for tar.gz), written by envd's
- * own tar writer (src/files/tar): pieces of at most 1 MiB, each made only
- * when the client has taken the one before, so memory stays flat whatever the
- * tree's size. Checked before the first byte goes out: a missing path is a
+ * own tar writer (src/files/tar): pieces of at most 1 MiB in recycled
+ * buffers, each made only when the client has taken the one before, so
+ * memory stays flat whatever the tree's size. Checked before the first byte goes out: a missing path is a
  * 404, a file is a 400. A failure later (a file that cannot be read) ends
  * the response without its end-of-archive blocks, which every tar reader reports.
  */
@@ -19,7 +19,7 @@ export async function packDirectory(dir: string, format: ArchiveFormat): Promise
     throw errnoToHttpError(error, dir);
   });
   if (!info.isDirectory()) throw badRequest(`path: ${dir} is not a directory`);
-  const tar = Readable.from(tarPieces(dir), { objectMode: false, highWaterMark: 1024 * 1024 });
+  const tar = new TarBody(dir);
   if (format === 'tar') return tar;
   const gzip = createGzip({ level: 6 });
   tar.on('error', (error) => gzip.destroy(error));

@@ -1,10 +1,8 @@
 import type { FileHandle } from 'node:fs/promises';
 import { Readable, type Writable } from 'node:stream';
 import { conflict, errnoToHttpError, badRequest, HttpError } from '../errors.js';
+import { BufferRing } from './buffer-ring.js';
 import { STREAM_CHUNK_BYTES } from './chunk-size.js';
-
-/** Read buffers a body recycles; more are needed only if the socket holds more than this many chunks. */
-const RING_SIZE = 4;
 
 /**
  * A read that fails before anything is sent (a special file such as
@@ -26,17 +24,14 @@ export function readError(error: unknown, path: string): unknown {
  * body past its Content-Length); fewer is an error (a file shrinking
  * meanwhile), so the connection is aborted rather than ended as if complete.
  *
- * Read buffers are recycled once the response they were piped into has handed
- * every byte up to them to the kernel (its writableLength says what it still
- * holds): a fresh 1 MiB buffer per chunk is freed only at V8's pace, and a
- * 200 MiB download grew RSS by 40-76 MiB that way.
+ * Read buffers are recycled (BufferRing) once the response they were piped
+ * into has handed every byte up to them to the kernel.
  *
  * The handle is closed when the body ends or is destroyed.
  */
 export class FileBody extends Readable {
   private dest: Writable | undefined;
-  private pushed = 0;
-  private readonly ring: { buffer: Buffer; end: number }[] = [];
+  private readonly ring = new BufferRing(STREAM_CHUNK_BYTES);
 
   private constructor(
     private readonly handle: FileHandle,
@@ -109,24 +104,12 @@ export class FileBody extends Readable {
   }
 
   private pushChunk(chunk: Buffer): void {
-    this.pushed += chunk.length;
-    const slot = this.ring.find((s) => s.buffer.buffer === chunk.buffer);
-    if (slot) slot.end = this.pushed;
+    this.ring.pushed(chunk);
     this.push(chunk);
   }
 
-  /** A ring buffer whose bytes have all left for the kernel, else a new one (added to the ring while it is small). */
+  /** A buffer to read into: the response's writableLength says what it still holds. */
   private takeBuffer(size: number): Buffer {
-    // What the response still holds counts against everything pushed last: a safe lower bound of what has left.
-    const held = this.dest ? this.readableLength + this.dest.writableLength : Infinity;
-    const gone = this.pushed - held;
-    const free = this.ring.find((s) => s.end <= gone && s.buffer.length >= size);
-    if (free) {
-      free.end = Infinity;
-      return free.buffer.subarray(0, size);
-    }
-    const buffer = Buffer.allocUnsafeSlow(STREAM_CHUNK_BYTES);
-    if (this.ring.length < RING_SIZE) this.ring.push({ buffer, end: Infinity });
-    return buffer.subarray(0, size);
+    return this.ring.take(size, this.dest ? this.readableLength + this.dest.writableLength : Infinity);
   }
 }

@@ -1,4 +1,6 @@
 import { createHash, randomBytes } from 'node:crypto';
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { MiB, report, startStressEnvd, type StressEnvd } from './harness.js';
 
@@ -54,5 +56,42 @@ describe('transfers under the memory budget', () => {
     expect(downloadPeak - idle).toBeLessThan(BUDGET);
     // What V8 and glibc keep of the transfers' buffers once they are done (measured +20 MiB).
     expect(after - idle).toBeLessThan(BUDGET / 2);
+  }, 120_000);
+
+  it('4 concurrent archive downloads of a 2,000-file tree, then 4 uploads of that archive, stay within the budget and give the same bytes', async () => {
+    const tree = join(target.dir, 'tree');
+    const small = randomBytes(8 * 1024);
+    for (let i = 0; i < 2_000; i++) {
+      if (i < 20) mkdirSync(join(tree, `d${i}`), { recursive: true });
+      writeFileSync(join(tree, `d${i % 20}`, `f${i}`), small);
+    }
+    for (let i = 0; i < 4; i++) writeFileSync(join(tree, `big${i}`), randomBytes(8 * MiB));
+    await new Promise((r) => setTimeout(r, 1_000));
+    const idle = target.rss();
+    const archives: Buffer[] = [];
+    const downloadPeak = await peakWhile(() =>
+      Promise.all(
+        [0, 1, 2, 3].map(async (i) => {
+          const response = await target.call('GET', `/files/archive?path=${encodeURIComponent(tree)}`);
+          expect(response.status).toBe(200);
+          archives[i] = Buffer.from(await response.arrayBuffer());
+        }),
+      ),
+    );
+    const sha = createHash('sha256').update(archives[0]!).digest('hex');
+    for (const archive of archives) expect(createHash('sha256').update(archive).digest('hex')).toBe(sha);
+    const uploadPeak = await peakWhile(() =>
+      Promise.all(
+        [0, 1, 2, 3].map(async (i) => {
+          const response = await target.call('PUT', `/files/archive?path=${encodeURIComponent(join(target.dir, `copy${i}`))}`, undefined, { headers: { 'content-type': 'application/x-tar' }, body: archives[i] });
+          expect(response.status).toBe(200);
+          expect(await response.json()).toMatchObject({ files: 2_004, sha256: sha });
+        }),
+      ),
+    );
+    expect(readFileSync(join(target.dir, 'copy3', 'big2')).equals(readFileSync(join(tree, 'big2')))).toBe(true);
+    report('4 archives of 2,004 files / 48 MiB down and up', { idleMiB: idle / MiB, downloadPeakMiB: downloadPeak / MiB, uploadPeakMiB: uploadPeak / MiB });
+    expect(downloadPeak - idle).toBeLessThan(BUDGET);
+    expect(uploadPeak - idle).toBeLessThan(BUDGET);
   }, 120_000);
 });

@@ -191,7 +191,11 @@ function cString(block: Buffer, offset: number, length: number): string {
   return block.toString('utf8', offset, end === -1 || end > offset + length ? offset + length : end);
 }
 
-/** An octal field (spaces and NULs around it), or GNU's base-256 when its first bit is set. */
+/**
+ * An octal field (spaces and NULs around it), or GNU's base-256 when its
+ * first bit is set. Read from the bytes, not through a string: six of them
+ * per header, ten thousand headers in a source tree.
+ */
 function readNumber(block: Buffer, offset: number, length: number, field: string): number {
   if (block[offset]! & 0x80) {
     if (block[offset] === 0xff) throw new TarFormatError(`a negative ${field}`);
@@ -200,10 +204,17 @@ function readNumber(block: Buffer, offset: number, length: number, field: string
     if (!Number.isSafeInteger(value)) throw new TarFormatError(`a ${field} too large`);
     return value;
   }
-  const text = block.toString('latin1', offset, offset + length).replace(/[\0 ]+$/, '').replace(/^ +/, '').replace(/\0.*$/, '');
-  if (text === '') return 0;
-  if (!/^[0-7]+$/.test(text)) throw new TarFormatError(`a ${field} field that is not a number (${JSON.stringify(text)})`);
-  return parseInt(text, 8);
+  const end = offset + length;
+  let at = offset;
+  while (at < end && block[at] === 0x20) at++;
+  let value = 0;
+  for (; at < end; at++) {
+    const byte = block[at]!;
+    if (byte === 0 || byte === 0x20) break;
+    if (byte < 0x30 || byte > 0x37) throw new TarFormatError(`a ${field} field that is not a number (${JSON.stringify(block.toString('latin1', offset, end))})`);
+    value = value * 8 + (byte - 0x30);
+  }
+  return value; // what follows a NUL or space is ignored, as GNU tar does
 }
 
 /** pax records ("%d key=value\n" each) as a map; a malformed record is the archive's fault. */
@@ -228,7 +239,7 @@ export function parsePax(bytes: Buffer): Map<string, string> {
 
 /** A header with the pax records (and GNU long names) that came before it applied. */
 export function applyExtended(header: TarHeader, pax: Map<string, string> | undefined, longName?: string, longLink?: string): TarHeader {
-  const out = { ...header };
+  const out = header; // decoded for this entry alone: changed in place
   if (longName !== undefined) out.name = longName;
   if (longLink !== undefined) out.linkname = longLink;
   if (pax) {

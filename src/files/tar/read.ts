@@ -2,7 +2,7 @@ import { applyExtended, BLOCK, decodeHeader, isZeroBlock, padding, parsePax, Tar
 
 /** What readTar hands each entry to, in archive order; each call is awaited before the next. */
 export interface TarVisitor {
-  /** An entry's header; its data follows through `data`, then `end`. */
+  /** An entry's header; its data follows through `data`, then `end`. A promise is awaited; most steps need none. */
   entry(header: TarHeader): void | Promise<void>;
   /** The next piece of the entry's data (a view into the input: copy what must outlive the call). */
   data(piece: Buffer): void | Promise<void>;
@@ -23,8 +23,10 @@ export async function readTar(input: AsyncIterable<Buffer>, visitor: TarVisitor)
   let pax: Map<string, string> | undefined;
   let longName: string | undefined;
   let longLink: string | undefined;
+  // Every step takes the synchronous path while the input chunk at hand holds what it needs:
+  // no promise per header, piece or entry for the many small entries of a source tree.
   for (;;) {
-    const block = await reader.exactly(BLOCK, 'a header');
+    const block = reader.takeNow(BLOCK) ?? (await reader.exactly(BLOCK, 'a header'));
     if (isZeroBlock(block)) break;
     const raw = decodeHeader(block);
     if (raw.flag === 'x' || raw.flag === 'g' || raw.flag === 'L' || raw.flag === 'K') {
@@ -41,15 +43,18 @@ export async function readTar(input: AsyncIterable<Buffer>, visitor: TarVisitor)
     pax = longName = longLink = undefined;
     // A directory's size is never data (tar-stream and GNU tar agree); any other entry's is, read or not.
     const dataBytes = header.type === 'directory' ? 0 : header.size;
-    await visitor.entry(header);
+    const started = visitor.entry(header);
+    if (started) await started;
     for (let left = dataBytes; left > 0; ) {
-      const piece = await reader.some(left);
+      const piece = reader.someNow(left) ?? (await reader.some(left));
       if (!piece) throw new TarFormatError(`unexpected end of the archive in the data of ${JSON.stringify(header.name)}`);
       left -= piece.length;
-      await visitor.data(piece);
+      const taken = visitor.data(piece);
+      if (taken) await taken;
     }
-    await visitor.end();
-    await reader.skip(padding(dataBytes));
+    const ended = visitor.end();
+    if (ended) await ended;
+    if (!reader.skipNow(padding(dataBytes))) await reader.skip(padding(dataBytes));
   }
   await reader.drain();
 }
@@ -65,6 +70,26 @@ class ChunkReader {
   private at = 0;
 
   constructor(private readonly chunks: AsyncIterator<Buffer>) {}
+
+  /** Exactly `length` bytes if the chunk at hand holds them (a view), else undefined. */
+  takeNow(length: number): Buffer | undefined {
+    if (this.chunk.length - this.at < length) return undefined;
+    const piece = this.chunk.subarray(this.at, this.at + length);
+    this.at += length;
+    return piece;
+  }
+
+  /** Up to `max` bytes of the chunk at hand, undefined if it is used up. */
+  someNow(max: number): Buffer | undefined {
+    return this.at < this.chunk.length ? this.takeNow(Math.min(max, this.chunk.length - this.at)) : undefined;
+  }
+
+  /** Skips `length` bytes if the chunk at hand holds them. */
+  skipNow(length: number): boolean {
+    if (this.chunk.length - this.at < length) return false;
+    this.at += length;
+    return true;
+  }
 
   /** Up to `max` bytes (at least one), undefined at the end of the input. */
   async some(max: number): Promise<Buffer | undefined> {

@@ -4,7 +4,13 @@ import { join } from 'node:path';
 import { BLOCK, encodeHeader, padding } from './format.js';
 
 /** Output goes out in pieces of this size: the memory one request holds, and the most done in one turn of the event loop. */
-const CHUNK_BYTES = 1024 * 1024;
+export const CHUNK_BYTES = 1024 * 1024;
+/** The largest piece: a chunk of a large file with its padding. */
+export const PIECE_BYTES = CHUNK_BYTES + BLOCK;
+
+/** Where pieces are made: `size` (at most PIECE_BYTES) bytes of any content. */
+export type Allocate = (size: number) => Buffer;
+const allocateFresh: Allocate = (size) => Buffer.allocUnsafe(size);
 /** Files up to this size are read straight into the piece being filled; larger ones are read in pieces of their own. */
 const SMALL_FILE_BYTES = 256 * 1024;
 
@@ -22,8 +28,8 @@ const SMALL_FILE_BYTES = 256 * 1024;
  * data, or 2,048 headers) is filled in one go, then the event loop turns
  * while the client takes it; large files are read asynchronously.
  */
-export async function* tarPieces(root: string): AsyncGenerator<Buffer> {
-  const piece = new PieceBuilder();
+export async function* tarPieces(root: string, allocate: Allocate = allocateFresh): AsyncGenerator<Buffer> {
+  const piece = new PieceBuilder(allocate);
   const pending: string[] = [''];
   // Depth first in name order: a directory's entries are pushed reversed, so they pop sorted.
   while (pending.length > 0) {
@@ -38,7 +44,7 @@ export async function* tarPieces(root: string): AsyncGenerator<Buffer> {
     } else if (info.isSymbolicLink()) {
       yield* piece.add(header(relative, info, 'symlink', 0, readlinkSync(path)), 0);
     } else if (info.isFile()) {
-      yield* addFile(piece, relative, path, info);
+      yield* addFile(piece, relative, path, info, allocate);
     }
   }
   yield* piece.add(Buffer.alloc(2 * BLOCK), 0);
@@ -49,7 +55,7 @@ function header(name: string, info: Stats, type: 'file' | 'directory' | 'symlink
   return encodeHeader({ name, type, mode: info.mode, uid: info.uid, gid: info.gid, size, mtime: info.mtimeMs / 1000, linkname });
 }
 
-async function* addFile(piece: PieceBuilder, relative: string, path: string, info: Stats): AsyncGenerator<Buffer> {
+async function* addFile(piece: PieceBuilder, relative: string, path: string, info: Stats, allocate: Allocate): AsyncGenerator<Buffer> {
   const size = info.size;
   if (size <= SMALL_FILE_BYTES) {
     const fd = ifThere(() => openSync(path, 'r'));
@@ -69,12 +75,14 @@ async function* addFile(piece: PieceBuilder, relative: string, path: string, inf
     yield* piece.flush();
     for (let sent = 0; sent < size; ) {
       const want = Math.min(CHUNK_BYTES, size - sent);
-      const out = Buffer.alloc(want + (sent + want === size ? padding(size) : 0));
-      for (let got = 0; got < want; ) {
+      const out = allocate(want + (sent + want === size ? padding(size) : 0));
+      let got = 0;
+      while (got < want) {
         const { bytesRead } = await handle.read(out, got, want - got, sent + got);
         if (bytesRead === 0) break; // shrank meanwhile: zeros stand in for the rest
         got += bytesRead;
       }
+      out.fill(0, got);
       sent += want;
       yield out;
     }
@@ -95,34 +103,38 @@ function ifThere<T>(open: () => T): T | undefined {
 
 /** Fills output pieces of up to CHUNK_BYTES, handing each out when the next entry would not fit. */
 class PieceBuilder {
-  private buffer = Buffer.allocUnsafe(CHUNK_BYTES);
+  private buffer: Buffer | undefined;
   private used = 0;
+
+  constructor(private readonly allocate: Allocate) {}
 
   /** Appends a header, with room for `dataBytes` after it (filled by readFrom); yields the full piece first if needed. */
   *add(bytes: Buffer, dataBytes: number): Generator<Buffer> {
     if (this.used > 0 && this.used + bytes.length + dataBytes > CHUNK_BYTES) yield* this.flush();
-    if (bytes.length + dataBytes > this.buffer.length) this.buffer = Buffer.allocUnsafe(bytes.length + dataBytes);
+    // Taken only now, not at the flush: a recycled buffer is likelier to be free the later it is asked for.
+    this.buffer ??= this.allocate(PIECE_BYTES);
     bytes.copy(this.buffer, this.used);
     this.used += bytes.length;
   }
 
   /** A small file's first `size` bytes, zeros for what is missing, and the padding to a block. */
   readFrom(fd: number, size: number): void {
+    const buffer = this.buffer!;
     let got = 0;
     while (got < size) {
-      const n = readSync(fd, this.buffer, this.used + got, size - got, got);
+      const n = readSync(fd, buffer, this.used + got, size - got, got);
       if (n === 0) break;
       got += n;
     }
     const end = this.used + size + padding(size);
-    this.buffer.fill(0, this.used + got, end);
+    buffer.fill(0, this.used + got, end);
     this.used = end;
   }
 
   *flush(): Generator<Buffer> {
-    if (this.used === 0) return;
+    if (this.used === 0 || !this.buffer) return;
     const out = this.buffer.subarray(0, this.used);
-    this.buffer = Buffer.allocUnsafe(CHUNK_BYTES);
+    this.buffer = undefined;
     this.used = 0;
     yield out;
   }
