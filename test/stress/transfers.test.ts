@@ -83,7 +83,7 @@ describe('transfers under the memory budget', () => {
     const uploadPeak = await peakWhile(() =>
       Promise.all(
         [0, 1, 2, 3].map(async (i) => {
-          const response = await target.call('PUT', `/files/archive?path=${encodeURIComponent(join(target.dir, `copy${i}`))}`, undefined, { headers: { 'content-type': 'application/x-tar' }, body: archives[i] });
+          const response = await target.call('PUT', `/files/archive?path=${encodeURIComponent(join(target.dir, `copy${i}`))}`, undefined, { headers: { 'content-type': 'application/x-tar' }, body: archives[i] as unknown as BodyInit });
           expect(response.status).toBe(200);
           expect(await response.json()).toMatchObject({ files: 2_004, sha256: sha });
         }),
