@@ -150,7 +150,7 @@ export class EntryWriter implements TarVisitor {
   private async openLarge(file: NonNullable<EntryWriter['file']>, mode: number): Promise<void> {
     file.handle = await open(file.target, 'wx', mode).catch(async (error: NodeJS.ErrnoException) => {
       if (error.code !== 'EEXIST') throw error;
-      rmSync(file.target, { force: true });
+      removeEarlier(file.target, file.header.name);
       return open(file.target, 'wx', mode);
     });
   }
@@ -175,7 +175,7 @@ export class EntryWriter implements TarVisitor {
       fd = openSync(target, 'wx', mode);
     } catch (error) {
       if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error;
-      rmSync(target, { force: true });
+      removeEarlier(target, header.name);
       fd = openSync(target, 'wx', mode);
     }
     try {
@@ -235,6 +235,18 @@ export class EntryWriter implements TarVisitor {
 
 const RECHECK_BYTES = 16 * 1024 * 1024;
 const RECHECK_ENTRIES = 1_000;
+
+/**
+ * An earlier entry of the same name, removed so that the later one wins (as
+ * with GNU tar); an earlier directory is not: a file in its place would drop
+ * what the archive put in it.
+ */
+function removeEarlier(target: string, name: string): void {
+  if (lstatSync(target, { throwIfNoEntry: false })?.isDirectory()) {
+    throw badRequest(`archive entry ${JSON.stringify(name)}: a file where the archive made a directory; nothing was written`);
+  }
+  rmSync(target, { force: true });
+}
 
 function inside(root: string, path: string): boolean {
   return path === root || path.startsWith(`${root}${sep}`);

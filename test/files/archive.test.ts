@@ -146,6 +146,31 @@ describe('PUT /files/archive', () => {
     expect(leftovers(scratch.dir)).toEqual([]);
   });
 
+  it.each([
+    ['the same file twice: the later wins', [{ header: { name: 'a' }, body: 'x' }, { header: { name: 'a' }, body: 'yy' }], 'yy'],
+    ['the same large file twice', [{ header: { name: 'a' }, body: 'x'.repeat(300_000) }, { header: { name: 'a' }, body: 'y'.repeat(300_000) }], 'y'.repeat(300_000)],
+    ['a file over a symlink of its name', [{ header: { name: 'a', type: 'symlink', linkname: 'b' } }, { header: { name: 'a' }, body: 'z' }], 'z'],
+  ])('extracts %s', async (_, entries, content) => {
+    const target = join(scratch.dir, 'target');
+    expect((await upload(target, await handMade(entries as never))).status).toBe(200);
+    expect(readFileSync(join(target, 'a'), 'utf8')).toBe(content);
+  });
+
+  it.each([
+    ['a file where a directory was', [{ header: { name: 'a', type: 'directory' } }, { header: { name: 'a' }, body: 'x' }], /"a": a file where the archive made a directory/],
+    ['a large file where a directory was', [{ header: { name: 'a', type: 'directory' } }, { header: { name: 'a' }, body: 'x'.repeat(300_000) }], /"a": a file where the archive made a directory/],
+    ['a directory where a file was', [{ header: { name: 'a' }, body: 'x' }, { header: { name: 'a', type: 'directory' } }], /"a": cannot be written \(EEXIST\)/],
+    ['a file under a file', [{ header: { name: 'a' }, body: 'x' }, { header: { name: 'a/b' }, body: 'y' }], /"a\/b": cannot be written \(EEXIST\)/],
+    ['a hard link onto its own file', [{ header: { name: 'a' }, body: 'x' }, { header: { name: 'a', type: 'link', linkname: 'a' } }], /"a": cannot be written \(EEXIST\)/],
+  ])('refuses %s with a 400 naming the entry, and writes nothing', async (_, entries, message) => {
+    const target = join(scratch.dir, 'target');
+    const { status, body } = await upload(target, await handMade(entries as never));
+    expect(status).toBe(400);
+    expect(body.message).toMatch(message);
+    expect(existsSync(target)).toBe(false);
+    expect(leftovers(scratch.dir)).toEqual([]);
+  });
+
   it('answers 400 for random bytes, a truncated tar and a broken gzip, and leaves nothing', async () => {
     const good = await handMade([{ header: { name: 'big.bin' }, body: 'y'.repeat(100_000) }]);
     const gz = gzipSync(good);
