@@ -92,17 +92,8 @@ function paxRecord(key: string, value: string): string {
   return `${length}${body}`;
 }
 
-interface Fields {
-  name: string;
-  prefix: string;
-  flag: string;
-  mode: number;
-  uid: number;
-  gid: number;
-  size: number;
-  mtime: number;
-  linkname: string;
-}
+/** A ustar block's fields: a header's, with the name split into prefix and name. */
+type Fields = Omit<TarHeader, 'type'> & { prefix: string };
 
 function ustarBlock(fields: Fields): Buffer {
   const block = Buffer.alloc(BLOCK);
