@@ -77,7 +77,8 @@ export async function buildApp({ config, logger, state = new SandboxState(config
   });
 
   // Before the registry starts its spawner: envd moves itself into its own leaf first (src/cgroups/).
-  const cgroupMode = cgroups ?? openCgroups(systemLocation(), config.reserveMemoryBytes);
+  const cgroupMode: CgroupMode =
+    cgroups ?? (config.commandCgroups === 'off' ? { mode: 'proc', why: 'turned off (--command-cgroups off)' } : openCgroups(systemLocation(), config.reserveMemoryBytes));
   const processes = await ProcessRegistry.open(config, logger.child({ feature: 'commands' }), undefined, cgroupMode);
   if (cgroupMode.mode === 'cgroup') logger.info({ cgroup: cgroupMode.cgroups.commands }, 'commands run in a cgroup v2 each: limits, cgroup.kill, why each ended');
   else logger.info({ why: cgroupMode.why }, 'commands run without cgroups: no limits; kill walks /proc');

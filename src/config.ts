@@ -54,6 +54,8 @@ export interface Config {
   readonly keepFinishedMs: number;
   /** Memory kept from all commands together for envd (cgroup mode): they get at most MemTotal less this. */
   readonly reserveMemoryBytes: number;
+  /** Per-command cgroups where the host allows them (auto), or never (off: proc mode, e.g. a template that manages cgroups itself). */
+  readonly commandCgroups: 'auto' | 'off';
   /** The image's entrypoint to start once per boot (rootfs/image-to-template.mjs --entrypoint writes it). */
   readonly entrypointFile: string | undefined;
   readonly logLevel: LogLevel;
@@ -92,6 +94,8 @@ Options (each also read from the environment variable shown):
                                                       readable (default ${DEFAULT_KEEP_FINISHED_SECONDS}; 0: until collected)
   --reserve-memory <bytes>    ENVD_RESERVE_MEMORY     memory all commands together leave to envd (cgroup mode: they get at most
                                                       MemTotal less this; default ${DEFAULT_RESERVE_MEMORY_BYTES})
+  --command-cgroups <auto|off> ENVD_COMMAND_CGROUPS  a cgroup per command where cgroup v2 is writable (auto), or
+                                                      none: process groups only, no limits (off; default auto)
   --entrypoint-file <path>    ENVD_ENTRYPOINT_FILE    the image's entrypoint ({"args","user","cwd","envs"}), started once
                                                       per boot as a tracked background command
   --log-level <level>         ENVD_LOG_LEVEL          ${LOG_LEVELS.join('|')} (default info)
@@ -114,6 +118,7 @@ const OPTIONS = {
   'keep-finished': { type: 'string', env: 'ENVD_KEEP_FINISHED' },
   'entrypoint-file': { type: 'string', env: 'ENVD_ENTRYPOINT_FILE' },
   'reserve-memory': { type: 'string', env: 'ENVD_RESERVE_MEMORY' },
+  'command-cgroups': { type: 'string', env: 'ENVD_COMMAND_CGROUPS' },
   'log-level': { type: 'string', env: 'ENVD_LOG_LEVEL' },
   help: { type: 'boolean' },
   version: { type: 'boolean' },
@@ -174,6 +179,8 @@ export function parseCli(argv: string[], env: NodeJS.ProcessEnv): CliAction {
   const keepFinished = parseInteger(read('keep-finished') ?? String(DEFAULT_KEEP_FINISHED_SECONDS), 0, MAX_KEEP_FINISHED_SECONDS);
   if (keepFinished === undefined) problems.push(`${describe('keep-finished')} must be a number of seconds from 0 to ${MAX_KEEP_FINISHED_SECONDS}, got ${JSON.stringify(read('keep-finished'))}`);
 
+  const commandCgroups = read('command-cgroups') ?? 'auto';
+  if (commandCgroups !== 'auto' && commandCgroups !== 'off') problems.push(`${describe('command-cgroups')} must be auto or off, got ${JSON.stringify(commandCgroups)}`);
   const reserveMemory = parseInteger(read('reserve-memory') ?? String(DEFAULT_RESERVE_MEMORY_BYTES), 0, 2 ** 40);
   if (reserveMemory === undefined) problems.push(`${describe('reserve-memory')} must be a number of bytes from 0 to ${2 ** 40}, got ${JSON.stringify(read('reserve-memory'))}`);
 
@@ -221,6 +228,7 @@ export function parseCli(argv: string[], env: NodeJS.ProcessEnv): CliAction {
       keepFinishedMs: keepFinished! * 1000,
       entrypointFile,
       reserveMemoryBytes: reserveMemory!,
+      commandCgroups: commandCgroups as 'auto' | 'off',
       logLevel: logLevel as LogLevel,
     }),
   };

@@ -30,7 +30,7 @@ describe('parseCli', () => {
       host: '0.0.0.0', port: 49983, accessToken: undefined, accessTokenFile: undefined, defaultUser: undefined,
       defaultWorkdir: undefined, maxOutputBytes: DEFAULT_MAX_OUTPUT_BYTES, logLevel: 'info', directOutput: true,
       outputMemoryBytes: 33554432, maxSpoolBytes: 1073741824, keepFinishedMs: 600_000, ...defaultDirs(process.getuid!(), {}),
-      entrypointFile: undefined, reserveMemoryBytes: 128 * 1024 * 1024,
+      entrypointFile: undefined, reserveMemoryBytes: 128 * 1024 * 1024, commandCgroups: 'auto',
     });
     expect(DEFAULT_MAX_OUTPUT_BYTES).toBe(67108864);
   });
@@ -41,6 +41,12 @@ describe('parseCli', () => {
     expect(() => run(['--reserve-memory', '1G'])).toThrow(/--reserve-memory \(ENVD_RESERVE_MEMORY\) must be a number of bytes/);
     expect(run(['--entrypoint-file', '/etc/envd/entrypoint.json']).entrypointFile).toBe('/etc/envd/entrypoint.json');
     expect(() => run(['--entrypoint-file', 'entrypoint.json'])).toThrow(/--entrypoint-file \(ENVD_ENTRYPOINT_FILE\) must be an absolute path/);
+  });
+
+  it('takes --command-cgroups auto or off, and refuses anything else naming it', () => {
+    expect(run(['--command-cgroups', 'off']).commandCgroups).toBe('off');
+    expect(run([], { ENVD_COMMAND_CGROUPS: 'off' }).commandCgroups).toBe('off');
+    expect(() => run(['--command-cgroups', 'no'])).toThrow(/--command-cgroups \(ENVD_COMMAND_CGROUPS\) must be auto or off, got "no"/);
   });
 
   it('takes --keep-finished in seconds, 0 to a week, and refuses anything else naming it', () => {

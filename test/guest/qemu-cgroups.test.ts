@@ -16,6 +16,8 @@ import { createOverlay, startQemu, type QemuGuest } from './qemu.js';
 import { waitForRestart } from './scenario.js';
 
 const BOOT_TIMEOUT_MS = 240_000;
+/** A second envd in the same guest, with --command-cgroups off: the round trip without a cgroup, measured beside. */
+const PROC_MODE_PORT = 49990;
 const MIB = 1024 * 1024;
 
 describe('cgroups per command in a qemu VM (systemd, cgroup v2)', () => {
@@ -34,7 +36,7 @@ describe('cgroups per command in a qemu VM (systemd, cgroup v2)', () => {
   beforeAll(async () => {
     dir = mkdtempSync(join(tmpdir(), 'envd-qemu-cgroups-'));
     createOverlay(IMAGE_FILE, join(dir, 'disk.qcow2'));
-    vm = await startQemu({ disk: join(dir, 'disk.qcow2'), dir, name: 'cgroups', memoryMiB: 768 });
+    vm = await startQemu({ disk: join(dir, 'disk.qcow2'), dir, name: 'cgroups', memoryMiB: 768, extraPorts: [PROC_MODE_PORT] });
     await waitForHealth(vm.url, BOOT_TIMEOUT_MS, vm.alive);
     client = createClient(vm.url);
     client.token = token;
@@ -128,19 +130,35 @@ describe('cgroups per command in a qemu VM (systemd, cgroup v2)', () => {
   });
 
   it('measures what a cgroup adds to a command round trip, and cgroup.kill of a 1,000-process tree', async () => {
-    const roundTrips = async (limits?: Record<string, number>) => {
+    const roundTrips = async (to: EnvdClient, limits?: Record<string, number>) => {
       const samples: number[] = [];
       for (let i = 0; i < 30; i++) {
         const t = performance.now();
-        await client.json('POST', '/commands', { cmd: 'true', user: 'root', ...(limits ? { limits } : {}) });
+        await to.json('POST', '/commands', { cmd: 'true', user: 'root', ...(limits ? { limits } : {}) });
         samples.push(performance.now() - t);
       }
       return samples.sort((a, b) => a - b)[15]!;
     };
-    // envd always makes a cgroup in cgroup mode; limits add the writes of their files.
-    const plain = await roundTrips();
-    const limited = await roundTrips({ memory_bytes: 256 * MIB, pids: 100, cpu: 1 });
-    console.log(`cgroups: exec round trip p50 ${plain.toFixed(1)} ms with a cgroup, ${limited.toFixed(1)} ms with three limits (+${(limited - plain).toFixed(1)} ms), TCG guest`);
+    // The same executable in the same guest with per-command cgroups off: what a command cost before cgroups.
+    const procToken = randomBytes(16).toString('hex');
+    const second = await start({
+      cmd: `ENVD_ACCESS_TOKEN=${procToken} exec /usr/local/bin/envd --port ${PROC_MODE_PORT} --command-cgroups off --state-dir /run/envd-proc/state --spool-dir /run/envd-proc/spool --log-level warn`,
+      user: 'root',
+    });
+    await waitForHealth(vm!.extraUrls[PROC_MODE_PORT]!, 60_000, vm!.alive);
+    const procMode = createClient(vm!.extraUrls[PROC_MODE_PORT]!);
+    procMode.token = procToken;
+    expect((await procMode.json('GET', '/metrics')).body).toMatchObject({ commands_mode: 'proc' });
+    // Interleaved, so that the guest's load falls on both alike; envd always makes a cgroup in cgroup mode, limits add their files.
+    const proc = [await roundTrips(procMode), await roundTrips(procMode)];
+    const plain = [await roundTrips(client), await roundTrips(client)];
+    const limited = await roundTrips(client, { memory_bytes: 256 * MIB, pids: 100, cpu: 1 });
+    const p50 = (pair: number[]) => (pair[0]! + pair[1]!) / 2;
+    const signed = (ms: number) => `${ms >= 0 ? '+' : '−'}${Math.abs(ms).toFixed(1)}`;
+    console.log(
+      `cgroups: exec round trip p50 ${p50(proc).toFixed(1)} ms without a cgroup (--command-cgroups off), ${p50(plain).toFixed(1)} ms with one (${signed(p50(plain) - p50(proc))} ms), ${limited.toFixed(1)} ms with three limits; TCG guest`,
+    );
+    await client.json('DELETE', `/commands/${second}`);
     const tree = await start({ cmd: 'for i in $(seq 1 1000); do sleep 600 & done; wait' });
     for (let i = 0; i < 200 && (await client.json('GET', `/commands/${tree}/stats`)).body.pids < 1001; i++) await new Promise((r) => setTimeout(r, 100));
     const t = Date.now();

@@ -7,6 +7,8 @@ import { connectQmp, type Qmp } from './qmp.js';
 
 export interface QemuGuest {
   url: string;
+  /** The host URL of each of `extraPorts`, by guest port. */
+  extraUrls: Record<number, string>;
   child: ChildProcess;
   qmp: Qmp;
   alive(): boolean;
@@ -28,6 +30,8 @@ export interface QemuOptions {
   memoryMiB?: number;
   /** More kernel command line (an image without systemd-networkd takes its network from ip=). */
   append?: string;
+  /** Guest ports forwarded too (a second envd the test starts in the guest). */
+  extraPorts?: number[];
 }
 
 /** KVM only where the CPU offers it to us; otherwise multi-threaded TCG. */
@@ -50,6 +54,9 @@ async function findFreePort(): Promise<number> {
 
 export async function startQemu(options: QemuOptions): Promise<QemuGuest> {
   const port = await findFreePort();
+  const extra: Array<[number, number]> = [];
+  for (const guestPort of options.extraPorts ?? []) extra.push([guestPort, await findFreePort()]);
+  const forwards = [[ENVD_PORT, port], ...extra].map(([guestPort, hostPort]) => `hostfwd=tcp:127.0.0.1:${hostPort}-:${guestPort}`).join(',');
   const { kernel, initrd } = findKernel();
   const qmpSocket = join(options.dir, `${options.name}.qmp`);
   // A restored VM must have the same devices as the one saved: these arguments are shared.
@@ -60,7 +67,7 @@ export async function startQemu(options: QemuOptions): Promise<QemuGuest> {
     '-append', `console=ttyS0 root=/dev/vda rw quiet panic=-1 systemd.show_status=0${options.append ? ` ${options.append}` : ''}`,
     '-drive', `file=${options.disk},if=virtio,format=qcow2`,
     // restrict=on: the guest reaches nothing outside; only the forwarded envd port comes in.
-    '-netdev', `user,id=n0,restrict=on,hostfwd=tcp:127.0.0.1:${port}-:${ENVD_PORT}`,
+    '-netdev', `user,id=n0,restrict=on,${forwards}`,
     '-device', 'virtio-net-pci,netdev=n0',
     '-rtc', `base=${options.rtcBase ?? 'utc'},clock=host`,
     '-qmp', `unix:${qmpSocket},server=on,wait=off`,
@@ -76,6 +83,7 @@ export async function startQemu(options: QemuOptions): Promise<QemuGuest> {
 
   return {
     url: `http://127.0.0.1:${port}`,
+    extraUrls: Object.fromEntries(extra.map(([guestPort, hostPort]) => [guestPort, `http://127.0.0.1:${hostPort}`])),
     child,
     qmp,
     alive,

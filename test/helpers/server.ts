@@ -43,6 +43,7 @@ export function testConfig(overrides: Partial<Config> = {}): Config {
     keepFinishedMs: DEFAULT_KEEP_FINISHED_SECONDS * 1000,
     entrypointFile: undefined,
     reserveMemoryBytes: 128 * 1024 * 1024,
+    commandCgroups: 'auto',
     logLevel: 'info',
     ...overrides,
   };
