@@ -1,0 +1,91 @@
+// The typed client's reconnect (issue 28) against connections that really
+// drop: a TCP proxy in front of a real envd cuts every connection after
+// 128 KiB from envd, mid-event. stream() and attach() with `reconnect` must
+// still hand over exactly the command's output, once and in order, then exit.
+import { createServer, connect, type Server, type Socket } from 'node:net';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { EnvdClient, type CommandEvent } from '../../src/client/index.js';
+import { startServer, type TestServer } from '../helpers/server.js';
+
+const CUT_AFTER_BYTES = 128 * 1024;
+/** `seq 1 N`: 1,088,895 bytes, so the stream is cut some ten times. */
+const N = 160_000;
+const expected = Array.from({ length: N }, (_, i) => `${i + 1}\n`).join('');
+
+let server: TestServer;
+let proxy: Server;
+let proxyUrl: string;
+let cuts = 0;
+const sockets = new Set<Socket>();
+
+/** Forwards to envd; closes the client's connection (and envd's) once CUT_AFTER_BYTES came back on it. */
+function startCuttingProxy(target: URL): Promise<string> {
+  proxy = createServer((client) => {
+    const upstream = connect(Number(target.port), target.hostname);
+    sockets.add(client).add(upstream);
+    let sent = 0;
+    const cut = () => {
+      client.destroy();
+      upstream.destroy();
+    };
+    client.on('data', (chunk) => upstream.write(chunk));
+    upstream.on('data', (chunk: Buffer) => {
+      const room = CUT_AFTER_BYTES - sent;
+      sent += chunk.length;
+      if (sent <= CUT_AFTER_BYTES) return void client.write(chunk);
+      cuts++;
+      client.write(chunk.subarray(0, Math.max(0, room)), cut);
+    });
+    client.on('error', cut).on('close', cut);
+    upstream.on('error', cut).on('close', cut);
+  });
+  return new Promise((resolve) => proxy.listen(0, '127.0.0.1', () => resolve(`http://127.0.0.1:${(proxy.address() as { port: number }).port}/`)));
+}
+
+beforeAll(async () => {
+  server = await startServer();
+  proxyUrl = await startCuttingProxy(new URL(server.url));
+});
+afterAll(async () => {
+  for (const socket of sockets) socket.destroy();
+  await new Promise((resolve) => proxy?.close(resolve));
+  await server.close();
+});
+
+async function collect(events: AsyncIterable<CommandEvent>): Promise<{ stdout: string; exit: CommandEvent | undefined; starts: number }> {
+  let stdout = '';
+  let exit: CommandEvent | undefined;
+  let starts = 0;
+  for await (const event of events) {
+    if (event.event === 'start') starts++;
+    if (event.event === 'stdout') stdout += event.data.data;
+    if (event.event === 'exit') exit = event;
+  }
+  return { stdout, exit, starts };
+}
+
+describe('the client across dropped connections', () => {
+  it('stream() with reconnect delivers the whole output once, in order, across connections cut mid-event', async () => {
+    const client = new EnvdClient({ url: proxyUrl, token: server.token });
+    cuts = 0;
+    const { stdout, exit, starts } = await collect(client.commands.stream({ cmd: `seq 1 ${N}` }, { reconnect: 3 }));
+    expect(cuts).toBeGreaterThan(3);
+    expect(starts).toBe(1);
+    expect(stdout.length).toBe(expected.length);
+    expect(stdout === expected).toBe(true);
+    expect(exit).toMatchObject({ data: { exit_code: 0 } });
+  });
+
+  it('attach() with reconnect does the same for a background command, and without reconnect says the stream broke', async () => {
+    const direct = new EnvdClient({ url: `${server.url}/`, token: server.token });
+    const { pid } = await direct.commands.start({ cmd: `seq 1 ${N}` });
+    await direct.commands.wait(pid);
+    const client = new EnvdClient({ url: proxyUrl, token: server.token });
+    cuts = 0;
+    const { stdout, exit } = await collect(client.commands.attach(pid, { reconnect: 3 }));
+    expect(cuts).toBeGreaterThan(3);
+    expect(stdout === expected).toBe(true);
+    expect(exit).toMatchObject({ data: { exit_code: 0 } });
+    await expect(collect(client.commands.attach(pid))).rejects.toThrow();
+  });
+});
