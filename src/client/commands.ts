@@ -49,7 +49,11 @@ export class Commands {
     return this.http.json('POST', '/commands', { json: { ...body, background: true }, signal: options.signal });
   }
 
-  /** POST /commands/stream: start and follow. With `reconnect`, a dropped connection resumes on GET /commands/{pid}/stream. */
+  /**
+   * POST /commands/stream: start and follow. By the contract the command is killed when this connection
+   * drops; with `reconnect` the client then still gets everything it printed until then (GET
+   * /commands/{pid}/stream from the last id). Work that must outlive a dropped connection: start() and attach().
+   */
   async *stream(body: StreamBody, options: StreamOptions = {}): AsyncGenerator<CommandEvent> {
     const response = await this.http.send('POST', '/commands/stream', { json: body, signal: options.signal });
     yield* this.follow(response, undefined, options);
