@@ -8,6 +8,7 @@
 import { createServer, connect, type Server, type Socket } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { EnvdClient, type CommandEvent } from '../../src/client/index.js';
+import { commandUser } from '../helpers/command-user.js';
 import { startServer, type TestServer } from '../helpers/server.js';
 
 const CUT_AFTER_BYTES = 128 * 1024;
@@ -45,14 +46,21 @@ function startCuttingProxy(target: URL): Promise<string> {
   return new Promise((resolve) => proxy.listen(0, '127.0.0.1', () => resolve(`http://127.0.0.1:${(proxy.address() as { port: number }).port}/`)));
 }
 
+let removeUser = () => {};
+
 beforeAll(async () => {
-  server = await startServer();
+  // A plain user (when root): a streamed command is killed at the first cut, and a root login shell
+  // killed while it starts leaves pyenv's lock behind here, which stalls every later one for 60 s.
+  const made = await commandUser();
+  removeUser = made.remove;
+  server = await startServer({ defaultUser: made.user.name });
   proxyUrl = await startCuttingProxy(new URL(server.url));
 });
 afterAll(async () => {
   for (const socket of sockets) socket.destroy();
   await new Promise((resolve) => proxy?.close(resolve));
   await server.close();
+  removeUser();
 });
 
 async function collect(events: AsyncIterable<CommandEvent>): Promise<{ stdout: string; exit: CommandEvent | undefined; starts: number }> {
