@@ -11,7 +11,7 @@ import { readEvents } from '../helpers/sse.js';
 import { createClient, run, waitForHealth, type EnvdClient } from './client.js';
 import { BUSYBOX_IMAGE_FILE } from './paths.js';
 import { createOverlay, resumeIncoming, startQemu, type QemuGuest } from './qemu.js';
-import { checkRestartWitnesses, startRestartWitnesses, waitForRestart } from './scenario.js';
+import { checkRestartWitnesses, expectWatchToSee, startRestartWitnesses, waitForRestart } from './scenario.js';
 
 const BOOT_TIMEOUT_MS = 180_000;
 const NETWORK = 'ip=10.0.2.15::10.0.2.2:255.255.255.0:envd-busybox:eth0:off';
@@ -108,20 +108,7 @@ describe('envd in a qemu VM booted from a busybox + musl image, envd-init as PID
   });
 
   it('reports a file created in a watched directory', async () => {
-    await client.json('POST', '/files/mkdir', { path: '/home/user/watched' });
-    const abort = new AbortController();
-    const events = readEvents(await client.call('POST', '/files/watch', { path: '/home/user/watched' }, { signal: abort.signal }));
-    try {
-      expect((await events.next()).value).toMatchObject({ event: 'ready' });
-      await run(client, 'echo hi > /home/user/watched/new.txt');
-      for (;;) {
-        const { value, done } = await events.next();
-        expect(done).toBeFalsy();
-        if (value!.event === 'change' && value!.data.path === '/home/user/watched/new.txt') break;
-      }
-    } finally {
-      abort.abort();
-    }
+    await expectWatchToSee(client, async () => void (await run(client, 'echo hi > /home/user/watched/new.txt')));
   });
 
   it('comes back after kill -9 of envd (envd-init restarts it) and re-adopts printing commands, stdin and a terminal', async () => {

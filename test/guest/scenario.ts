@@ -82,26 +82,13 @@ export function registerScenario(guest: () => { client: EnvdClient; name: string
 
   it('reports a file created in a watched directory', async () => {
     const { client } = guest();
-    expect((await client.json('POST', '/files/mkdir', { path: '/home/user/watched' })).status).toBe(200);
-    const abort = new AbortController();
-    const response = await client.call('POST', '/files/watch', { path: '/home/user/watched' }, { signal: abort.signal });
-    expect(response.status).toBe(200);
-    const events = readEvents(response);
-    try {
-      expect((await events.next()).value).toMatchObject({ event: 'ready' });
+    await expectWatchToSee(client, async () => {
       const write = await client.call('PUT', '/files/raw?path=/home/user/watched/new.txt', undefined, {
         headers: { 'content-type': 'application/octet-stream' },
         body: 'hi\n',
       });
       expect(write.status).toBe(200);
-      for (;;) {
-        const { value, done } = await events.next();
-        expect(done).toBeFalsy();
-        if (value!.event === 'change' && value!.data.path === '/home/user/watched/new.txt') break;
-      }
-    } finally {
-      abort.abort();
-    }
+    });
   });
 
   it('kills a background command and forgets it', async () => {
@@ -155,6 +142,26 @@ export function registerScenario(guest: () => { client: EnvdClient; name: string
     const result = await run(guest().client, 'ps -o comm= -p $(pidof envd)', { user: 'root' });
     expect(result.stdout).toBe('envd\n');
   });
+}
+
+/** Watches /home/user/watched (made here), runs `create`, and waits for the change of /home/user/watched/new.txt. */
+export async function expectWatchToSee(client: EnvdClient, create: () => Promise<void>): Promise<void> {
+  expect((await client.json('POST', '/files/mkdir', { path: '/home/user/watched' })).status).toBe(200);
+  const abort = new AbortController();
+  const response = await client.call('POST', '/files/watch', { path: '/home/user/watched' }, { signal: abort.signal });
+  expect(response.status).toBe(200);
+  const events = readEvents(response);
+  try {
+    expect((await events.next()).value).toMatchObject({ event: 'ready' });
+    await create();
+    for (;;) {
+      const { value, done } = await events.next();
+      expect(done).toBeFalsy();
+      if (value!.event === 'change' && value!.data.path === '/home/user/watched/new.txt') break;
+    }
+  } finally {
+    abort.abort();
+  }
 }
 
 export interface Witnesses {
