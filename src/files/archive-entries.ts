@@ -45,8 +45,12 @@ export class EntryWriter implements TarVisitor {
   readonly dirTimes: Array<[string, number]> = [];
   private readonly knownDirs: Set<string>;
   private readonly regular = new Set<string>();
-  private readonly gathered = Buffer.allocUnsafe(GATHER_BYTES);
-  private file?: { header: TarHeader; target: string; filled: number; handle?: FileHandle };
+  /** Where a file's data is gathered; a large file's fills one while the other is written. */
+  private gathered: Buffer = Buffer.allocUnsafe(GATHER_BYTES);
+  private spare?: Buffer;
+  /** The write of a large file's previous piece, from `spare`: awaited before the next starts (in order, one at a time). */
+  private writing?: Promise<void>;
+  private file?: OpenFile;
   /** What may still be written before the disk's free space is asked again. */
   private room = { bytes: 0, entries: 0 };
 
@@ -68,7 +72,10 @@ export class EntryWriter implements TarVisitor {
     const file = this.file;
     if (!file) return; // data of an entry that keeps none (a symlink's, a skipped one's)
     if (!file.handle) {
-      piece.copy(this.gathered, file.filled); // a small file's data fits whole
+      // A small file's data fits whole. Most often it is one piece: that view is written as it is (end
+      // follows in the same turn, while the input chunk it views is still the one in hand).
+      if (file.filled === 0 && piece.length === file.header.size) file.whole = piece;
+      else piece.copy(this.gathered, file.filled);
       file.filled += piece.length;
       return;
     }
@@ -77,7 +84,7 @@ export class EntryWriter implements TarVisitor {
         const copied = piece.copy(this.gathered, file.filled, at);
         file.filled += copied;
         at += copied;
-        if (file.filled === GATHER_BYTES) await this.writeGathered(file.handle!, file);
+        if (file.filled === GATHER_BYTES) await this.writeBehind(file.handle!, file);
       }
     });
   }
@@ -91,6 +98,8 @@ export class EntryWriter implements TarVisitor {
 
   /** Closes a file left open by a failure; the caller then removes the tree. */
   async abort(): Promise<void> {
+    await this.writing?.catch(() => {});
+    this.writing = undefined;
     await this.file?.handle?.close().catch(() => {});
     this.file = undefined;
   }
@@ -147,7 +156,7 @@ export class EntryWriter implements TarVisitor {
   }
 
   /** Never through an existing name ('wx' does not follow a symlink): a later entry of the same name replaces the earlier. */
-  private async openLarge(file: NonNullable<EntryWriter['file']>, mode: number): Promise<void> {
+  private async openLarge(file: OpenFile, mode: number): Promise<void> {
     file.handle = await open(file.target, 'wx', mode).catch(async (error: NodeJS.ErrnoException) => {
       if (error.code !== 'EEXIST') throw error;
       removeEarlier(file.target, file.header.name);
@@ -155,9 +164,11 @@ export class EntryWriter implements TarVisitor {
     });
   }
 
-  private async finishLarge(file: NonNullable<EntryWriter['file']>, handle: FileHandle): Promise<void> {
+  private async finishLarge(file: OpenFile, handle: FileHandle): Promise<void> {
     try {
-      await this.writeGathered(handle, file);
+      await this.writeBehind(handle, file);
+      await this.writing;
+      this.writing = undefined;
       await handle.utimes(file.header.mtime, file.header.mtime);
       if (this.owner) await handle.chown(this.owner.uid, this.owner.gid);
     } finally {
@@ -167,7 +178,7 @@ export class EntryWriter implements TarVisitor {
     this.bytes += file.header.size;
   }
 
-  private finishSmall(file: NonNullable<EntryWriter['file']>): void {
+  private finishSmall(file: OpenFile): void {
     const { header, target } = file;
     const mode = header.mode & 0o7777;
     let fd: number;
@@ -179,7 +190,8 @@ export class EntryWriter implements TarVisitor {
       fd = openSync(target, 'wx', mode);
     }
     try {
-      for (let written = 0; written < file.filled; ) written += writeSync(fd, this.gathered, written, file.filled - written);
+      const data = file.whole ?? this.gathered;
+      for (let written = 0; written < file.filled; ) written += writeSync(fd, data, written, file.filled - written);
       futimesSync(fd, header.mtime, header.mtime);
       if (this.owner) fchownSync(fd, this.owner.uid, this.owner.gid);
     } finally {
@@ -189,9 +201,23 @@ export class EntryWriter implements TarVisitor {
     this.bytes += header.size;
   }
 
-  private async writeGathered(handle: FileHandle, file: { filled: number }): Promise<void> {
-    for (let written = 0; written < file.filled; ) written += (await handle.write(this.gathered, written, file.filled - written)).bytesWritten;
+  /**
+   * Starts writing what a large file gathered and gathers on into the other
+   * buffer meanwhile: the thread pool writes while the main thread parses
+   * and hashes the next piece. Writes stay in order, one at a time.
+   */
+  private async writeBehind(handle: FileHandle, file: { filled: number }): Promise<void> {
+    await this.writing;
+    const data = this.gathered;
+    const length = file.filled;
+    this.gathered = this.spare ?? Buffer.allocUnsafe(GATHER_BYTES);
+    this.spare = data;
     file.filled = 0;
+    this.writing = (async () => {
+      for (let written = 0; written < length; ) written += (await handle.write(data, written, length - written)).bytesWritten;
+    })();
+    // Its failure is the next await's (the next piece, the file's end, or abort), not an unhandled rejection.
+    this.writing.catch(() => {});
   }
 
   /** Runs one step of an entry, with a file system's refusal turned into the client's error naming the entry. */
@@ -231,6 +257,15 @@ export class EntryWriter implements TarVisitor {
     }
     this.room = { bytes: Math.min(free - DISK_RESERVE_BYTES, RECHECK_BYTES) - bytes, entries: RECHECK_ENTRIES };
   }
+}
+
+/** The file entry being written: gathered whole (small, `whole` when one piece holds it) or written as it comes (`handle`). */
+interface OpenFile {
+  header: TarHeader;
+  target: string;
+  filled: number;
+  whole?: Buffer;
+  handle?: FileHandle;
 }
 
 const RECHECK_BYTES = 16 * 1024 * 1024;

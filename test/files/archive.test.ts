@@ -109,6 +109,21 @@ describe('PUT /files/archive', () => {
     expect(leftovers(scratch.dir)).toEqual([]);
   });
 
+  it('writes large files whole, whatever their size against the 256 KiB pieces written behind the parsing', async () => {
+    const source = join(scratch.dir, 'sizes');
+    mkdirSync(source);
+    const sizes = [256 * 1024 - 1, 256 * 1024, 256 * 1024 + 1, 512 * 1024, 1024 * 1024 + 7, 3 * 1024 * 1024 + 512];
+    for (const size of sizes) writeFileSync(join(source, `f${size}`), randomBytes(size));
+    writeFileSync(join(source, 'small'), 'between the large ones');
+    const archive = execFileSync('tar', ['-cf', '-', '-C', source, '.'], { maxBuffer: 64 * 1024 * 1024 });
+    const target = join(scratch.dir, 'sizes-out');
+    const { status, body } = await upload(target, archive);
+    expect(status).toBe(200);
+    expect(body.files).toBe(sizes.length + 1);
+    for (const name of readdirSync(source)) expect(sha256(readFileSync(join(target, name))), name).toBe(sha256(readFileSync(join(source, name))));
+    expect(leftovers(scratch.dir)).toEqual([]);
+  });
+
   it('creates only where nothing is (409), merges into what is there, or replaces it whole', async () => {
     const target = join(scratch.dir, 'target');
     mkdirSync(join(target, 'keep'), { recursive: true });
