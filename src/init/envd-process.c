@@ -70,7 +70,7 @@ pid_t start_envd(void) {
   struct rlimit files = {.rlim_cur = 1048576, .rlim_max = 1048576};
   if (setrlimit(RLIMIT_NOFILE, &files) != 0) log_errno("cannot raise envd's descriptor limit");
   setenv("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", 0);
-  setenv("MALLOC_MMAP_THRESHOLD_", "32768", 0); // as the unit sets it (docs/operations.md)
+  setenv("MALLOC_MMAP_THRESHOLD_", "131072", 0); // as the unit sets it (docs/operations.md)
   load_settings();
   execl(path, "envd", (char *)NULL);
   log_errno("cannot run %s", path);
