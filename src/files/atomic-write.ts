@@ -91,14 +91,14 @@ export async function writeTemp(target: string, source: ByteSource, owner: Owner
  * flushed to disk and closes the handle), given its mode and owner. On any
  * failure it is removed and the error rethrown as an HTTP error.
  */
-export async function fillTemp(target: string, owner: Owner | undefined, mode: number, fill: (handle: FileHandle) => Promise<void>): Promise<{ temp: string; size: number }> {
+export async function fillTemp(target: string, owner: Owner | undefined, mode: number, fill: (handle: FileHandle, temp: string) => Promise<void>): Promise<{ temp: string; size: number }> {
   const temp = tempPathFor(target);
   // 'wx': never reuse or follow anything already at the temp name.
   const handle = await open(temp, 'wx', mode).catch((error) => {
     throw errnoToHttpError(error, target);
   });
   try {
-    await fill(handle);
+    await fill(handle, temp);
     // open()'s mode went through the umask; say exactly what we mean.
     await chmod(temp, mode);
     if (owner) await chown(temp, owner.uid, owner.gid);

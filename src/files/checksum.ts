@@ -9,20 +9,37 @@ export function sha256Of(bytes: Buffer | string): string {
 /** Each hash reads through one buffer it reuses: a fresh buffer per read left up to 64 MiB of garbage for V8 to find (as downloads did). */
 const READ_BYTES = 1024 * 1024;
 
+/** How long a hash of a growing file waits before it reads again when it has caught up with the writer. */
+const CAUGHT_UP_WAIT_MS = 2;
+
 /**
  * sha256 of a file's bytes, hex, read in 1 MiB reads into one buffer that is
  * reused (flat memory, no garbage per read). After an upload the file is still
  * in the page cache: this costs a read from memory, not a second trip to the disk.
+ *
+ * With `appendedUntil`, another process is still appending to the file (an
+ * upload's receiver): the hash follows it as it grows and ends at the end of
+ * the file once `appendedUntil` has settled. The bytes below a file's size
+ * are already what was written, so the hash is of exactly those, computed
+ * while the kernel moves the rest instead of after it.
  */
-export async function sha256OfFile(path: string): Promise<string> {
+export async function sha256OfFile(path: string, appendedUntil?: Promise<unknown>): Promise<string> {
   const hash = createHash('sha256');
   const buffer = Buffer.allocUnsafeSlow(READ_BYTES);
+  let appending = appendedUntil !== undefined;
+  void appendedUntil?.then(
+    () => (appending = false),
+    () => (appending = false),
+  );
   const file = await open(path, 'r');
   try {
     for (;;) {
+      // Read before asking whether the writer is done: an empty read after it was done is the end.
+      const writerWasDone = !appending;
       const { bytesRead } = await file.read(buffer, 0, READ_BYTES, null);
-      if (bytesRead === 0) break;
-      hash.update(buffer.subarray(0, bytesRead));
+      if (bytesRead > 0) hash.update(buffer.subarray(0, bytesRead));
+      else if (writerWasDone) break;
+      else await new Promise((resolve) => setTimeout(resolve, CAUGHT_UP_WAIT_MS));
     }
   } finally {
     await file.close();

@@ -57,8 +57,7 @@ export const fileRoutes: FastifyPluginAsyncTypebox<FileRoutesOptions> = async (a
       const { spliced, ...written } = await receiveUpload(request.raw, path, owner, receiver);
       // Node's parser still waits for the spliced body: this connection can take no further request.
       if (spliced) reply.header('connection', 'close');
-      // Hashed from the page cache after the write: a large body never enters envd (it is spliced).
-      return { ...written, sha256: await sha256OfFile(path) };
+      return written;
     },
   );
 

@@ -1,7 +1,9 @@
+import { rm } from 'node:fs/promises';
 import type { IncomingHttpHeaders, IncomingMessage } from 'node:http';
 import { Transform } from 'node:stream';
 import { HttpError, badRequest } from '../errors.js';
-import { fillAtomically, fillTemp, writeAtomically } from './atomic-write.js';
+import { fillAtomically, fillTemp, writeTemp } from './atomic-write.js';
+import { sha256OfFile } from './checksum.js';
 import { spliceBody, spliceableLength } from './upload-splice.js';
 import type { Owner } from './paths.js';
 
@@ -46,16 +48,37 @@ export function limitBytes(limit: number): Transform {
  * (upload-splice.ts); then `spliced` is true and the caller must close the
  * connection after its answer: Node's parser never saw the body's end.
  */
-export async function receiveUpload(request: IncomingMessage, target: string, owner: Owner | undefined, receiver?: string): Promise<{ path: string; size: number; spliced: boolean }> {
+export async function receiveUpload(request: IncomingMessage, target: string, owner: Owner | undefined, receiver?: string): Promise<{ path: string; size: number; sha256: string; spliced: boolean }> {
   const spliceable = receiver === undefined ? undefined : spliceableLength(request);
   try {
     if (spliceable !== undefined) {
-      // A large body with a Content-Length (checked against the limit before the body was read): the kernel moves it.
-      const written = await fillAtomically(target, owner, (mode) => fillTemp(target, owner, mode, (handle) => spliceBody(request, handle, spliceable, receiver!)));
-      return { ...written, spliced: true };
+      // A large body with a Content-Length (checked against the limit before the body was read): the kernel
+      // moves it, and envd hashes the temporary file as it grows, from the page cache, meanwhile.
+      let sha256 = '';
+      const written = await fillAtomically(target, owner, (mode) =>
+        fillTemp(target, owner, mode, async (handle, temp) => {
+          const spliced = spliceBody(request, handle, spliceable, receiver!);
+          // Both settled before anything else happens to the file: a failed splice's temp file is removed
+          // (and its disk unmountable) only once the hash has closed it too; the splice's error is the answer.
+          const [splice, hash] = await Promise.allSettled([spliced, sha256OfFile(temp, spliced)]);
+          if (splice.status === 'rejected') throw splice.reason;
+          if (hash.status === 'rejected') throw hash.reason;
+          sha256 = hash.value;
+        }),
+      );
+      return { ...written, sha256, spliced: true };
     }
-    const written = await writeAtomically(target, request.iterator({ destroyOnReturn: false }), owner, limitBytes(UPLOAD_LIMIT));
-    return { ...written, spliced: false };
+    // Small or chunked bodies: hashed from the page cache once written (the temporary file, before it is renamed).
+    let sha256 = '';
+    const written = await fillAtomically(target, owner, async (mode) => {
+      const filled = await writeTemp(target, request.iterator({ destroyOnReturn: false }), owner, mode, limitBytes(UPLOAD_LIMIT));
+      sha256 = await sha256OfFile(filled.temp).catch(async (error: unknown) => {
+        await rm(filled.temp, { force: true });
+        throw error;
+      });
+      return filled;
+    });
+    return { ...written, sha256, spliced: false };
   } catch (error) {
     // The client went away mid-body: nobody reads this answer, and it is not envd's fault (no 500 in the logs).
     if (request.destroyed && !request.complete) throw new HttpError(400, 'upload aborted by the client', { cause: error });

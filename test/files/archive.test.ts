@@ -6,6 +6,7 @@
 import { execFileSync } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
 import { existsSync, lstatSync, mkdirSync, readdirSync, readFileSync, readlinkSync, symlinkSync, utimesSync, writeFileSync } from 'node:fs';
+import { request as httpRequest } from 'node:http';
 import { join } from 'node:path';
 import { gzipSync } from 'node:zlib';
 import { pack } from 'tar-stream';
@@ -243,5 +244,34 @@ describe('checksums', () => {
     const dir = await scratch.server.json('GET', `/files/info?${q({ path: scratch.dir, checksum: 'sha256' })}`);
     expect(dir).toEqual({ status: 400, body: { message: `checksum: ${scratch.dir} is a directory, not a regular file` } });
     expect((await scratch.server.json('GET', `/files/info?${q({ path: scratch.dir, checksum: 'md5' })}`)).status).toBe(400);
+  });
+
+  it.each([
+    ['spliced, arriving in pauses the hash has to wait through', true],
+    ['chunked, written by envd itself', false],
+  ])('answers the sha256 of a raw upload %s', async (_, withLength) => {
+    const pieces = Array.from({ length: 6 }, () => randomBytes(1024 * 1024 + 333));
+    const whole = Buffer.concat(pieces);
+    const path = join(scratch.dir, withLength ? 'slow.bin' : 'chunked.bin');
+    const url = new URL(`/files/raw?${q({ path })}`, scratch.server.url);
+    const answer = await new Promise<{ status: number; body: string }>((resolve, reject) => {
+      const headers: Record<string, string | number> = { authorization: `Bearer ${scratch.server.token}`, 'content-type': 'application/octet-stream' };
+      if (withLength) headers['content-length'] = whole.length;
+      const req = httpRequest(url, { method: 'PUT', headers }, (res) => {
+        let body = '';
+        res.setEncoding('utf8').on('data', (text) => (body += text)).on('end', () => resolve({ status: res.statusCode!, body }));
+      });
+      req.on('error', reject);
+      void (async () => {
+        for (const piece of pieces) {
+          req.write(piece);
+          await new Promise((r) => setTimeout(r, 30));
+        }
+        req.end();
+      })();
+    });
+    expect(answer.status).toBe(200);
+    expect(JSON.parse(answer.body)).toMatchObject({ size: whole.length, sha256: sha256(whole) });
+    expect(sha256(readFileSync(path))).toBe(sha256(whole));
   });
 });
