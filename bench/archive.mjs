@@ -7,7 +7,7 @@
 // one): on this host's disk the same `tar -x` took 0.46 s to 7.7 s depending
 // on writeback left by the run before, which measures the disk, not envd.
 import { spawn } from 'node:child_process';
-import { createReadStream, existsSync, mkdirSync, mkdtempSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { createServer, connect } from 'node:net';
 import { join } from 'node:path';
 import { randomBytes } from 'node:crypto';
@@ -16,6 +16,7 @@ import { atLeast, atMost, makeRow, printRow, runIfMain } from './lib/figure.mjs'
 import { rssBytes, sampleRss, startEnvd } from './lib/envd-process.mjs';
 import { median } from './lib/stats.mjs';
 import { makeTempDir, removeTempDir } from './lib/temp.mjs';
+import { readSource } from './lib/source.mjs';
 
 const MIB = 1024 * 1024;
 
@@ -55,7 +56,7 @@ async function tarIn(file, target) {
       socket.pipe(tar.stdin);
       tar.on('exit', () => (server.close(), resolve()));
     });
-    server.listen(0, '127.0.0.1', () => createReadStream(file).pipe(connect(server.address().port, '127.0.0.1')));
+    server.listen(0, '127.0.0.1', () => readSource(file).pipe(connect(server.address().port, '127.0.0.1')));
   });
   await done;
   return performance.now() - started;
@@ -73,7 +74,7 @@ async function envdOut(envd, tree) {
 async function envdIn(envd, file, target) {
   const started = performance.now();
   const { status, body } = await send(envd, 'PUT', `/files/archive?path=${encodeURIComponent(target)}`, {
-    body: createReadStream(file),
+    body: readSource(file),
     headers: { 'content-type': 'application/x-tar', 'content-length': statSync(file).size },
   });
   if (status !== 200) throw new Error(`PUT /files/archive answered ${status}: ${body.slice(0, 200)}`);

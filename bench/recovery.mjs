@@ -4,7 +4,6 @@
 //   8 concurrent 64 MiB transfers (4 uploads, 4 downloads), and those 100 stalled streams.
 // Idle is read after a warm-up (a few commands, one upload and one download), since
 // the first use of each maps code once and keeps it (bench/memory.mjs says which).
-import { createReadStream } from 'node:fs';
 import { join } from 'node:path';
 import { postJson, send } from './lib/client.mjs';
 import { stalledStream } from './lib/stalled-stream.mjs';
@@ -12,6 +11,7 @@ import { atMost, makeRow, printRow, runIfMain } from './lib/figure.mjs';
 import { rssBytes, sampleRss, startEnvd } from './lib/envd-process.mjs';
 import { runConcurrently } from './lib/stats.mjs';
 import { makeTempDir, removeTempDir, writeRandomFile } from './lib/temp.mjs';
+import { readSource } from './lib/source.mjs';
 
 const MIB = 1024 * 1024;
 const BENCH_USER = 'nobody';
@@ -23,7 +23,7 @@ const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 async function upload(envd, source, target) {
   const { status, body } = await send(envd, 'PUT', `/files/raw?path=${encodeURIComponent(target)}`, {
-    body: createReadStream(source),
+    body: readSource(source),
     headers: { 'content-type': 'application/octet-stream', 'content-length': TRANSFER_BYTES },
   });
   if (status !== 200) throw new Error(`upload answered ${status}: ${body.slice(0, 200)}`);

@@ -1,8 +1,8 @@
 // upload: PUT /files/raw of a big file against fs.createWriteStream of the same
-// bytes into the same directory, and envd's peak RSS growth while it receives
+// bytes into the same directory, both read in 1 MiB chunks, and envd's peak RSS growth while it receives
 // them (sampled from /proc every 20 ms): the upload must never sit in memory.
 import { execFileSync } from 'node:child_process';
-import { createReadStream, createWriteStream, rmSync } from 'node:fs';
+import { createWriteStream, mkdtempSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { pipeline } from 'node:stream/promises';
 import { send } from './lib/client.mjs';
@@ -10,6 +10,7 @@ import { atLeast, atMost, makeRow, missingRow, printRow, runIfMain, withEnvd } f
 import { rssBytes, sampleRss } from './lib/envd-process.mjs';
 import { interleave, median, round } from './lib/stats.mjs';
 import { makeTempDir, removeTempDir, writeRandomFile } from './lib/temp.mjs';
+import { readSource } from './lib/source.mjs';
 
 const GOAL = atLeast(0.85);
 const RSS_GOAL = atMost(64, 'MiB');
@@ -30,7 +31,7 @@ async function uploadThroughEnvd(server, source, target, bytes) {
   settleDisk();
   const start = performance.now();
   const { status, body } = await send(server, 'PUT', `/files/raw?path=${encodeURIComponent(target)}`, {
-    body: createReadStream(source),
+    body: readSource(source),
     headers: { 'content-type': 'application/octet-stream', 'content-length': bytes },
   });
   const seconds = (performance.now() - start) / 1000;
@@ -42,7 +43,7 @@ async function writeDirect(source, target, bytes, flush = false) {
   rmSync(target, { force: true });
   settleDisk();
   const start = performance.now();
-  await pipeline(createReadStream(source), createWriteStream(target, { flush }));
+  await pipeline(readSource(source), createWriteStream(target, { flush }));
   return bytes / MB / ((performance.now() - start) / 1000);
 }
 
@@ -51,6 +52,8 @@ export async function run({ quick = false, envd } = {}) {
   const bytes = mib * MIB;
   const rounds = quick ? 3 : 3;
   const dir = makeTempDir('upload');
+  // ENVD_BENCH_UPLOAD_DIR=/dev/shm writes both sides into tmpfs: what envd adds, without the disk's writeback.
+  const into = process.env.ENVD_BENCH_UPLOAD_DIR ? mkdtempSync(join(process.env.ENVD_BENCH_UPLOAD_DIR, 'envd-upload-bench-')) : dir;
   const names = ['upload', 'upload peak RSS growth'];
   try {
     const source = join(dir, 'source.bin');
@@ -69,17 +72,17 @@ export async function run({ quick = false, envd } = {}) {
           samples = await interleave({
             rounds,
             warmup: quick ? 0 : 1,
-            a: () => uploadThroughEnvd(server, source, join(dir, 'via-envd.bin'), bytes),
+            a: () => uploadThroughEnvd(server, source, join(into, 'via-envd.bin'), bytes),
             b: async () => {
-              const plain = await writeDirect(source, join(dir, 'direct.bin'), bytes);
-              flushed.push(await writeDirect(source, join(dir, 'direct-flushed.bin'), bytes, true));
+              const plain = await writeDirect(source, join(into, 'direct.bin'), bytes);
+              flushed.push(await writeDirect(source, join(into, 'direct-flushed.bin'), bytes, true));
               return plain;
             },
           });
         } finally {
           peak = rss.stop();
         }
-        const note = `${mib} MiB${quick ? ' (--quick; the full run uploads 500 MiB)' : ''}, ${rounds} per side; direct write with fsync: ${round(median(flushed))} MB/s`;
+        const note = `${mib} MiB${quick ? ' (--quick; the full run uploads 500 MiB)' : ''}, ${rounds} per side, into ${into === dir ? 'the temp dir' : into}; both read in 1 MiB chunks; direct write with fsync: ${round(median(flushed))} MB/s`;
         return [
           makeRow({ name: names[0], unit: 'MB/s', envd: median(samples.a), baseline: median(samples.b), goal: GOAL, note }),
           makeRow({ name: names[1], unit: 'MiB', envd: (peak - idle) / MIB, ratio: null, goal: RSS_GOAL, note: `peak VmRSS over the uploads minus VmRSS before` }),
@@ -90,6 +93,7 @@ export async function run({ quick = false, envd } = {}) {
     rows.forEach(printRow);
     return rows;
   } finally {
+    if (into !== dir) rmSync(into, { recursive: true, force: true });
     removeTempDir(dir);
   }
 }
