@@ -22,8 +22,10 @@ import type { TarVisitor } from './tar/read.js';
 
 /** Free space an archive must leave on the disk: the sandbox's own work needs some too. */
 const DISK_RESERVE_BYTES = 64 * 1024 * 1024;
-/** Up to this size a file's data is gathered and written in one go; larger ones are written as they come, in pieces this size. */
-const GATHER_BYTES = 256 * 1024;
+/** Up to this size a file's data is gathered and written in one go, synchronously; larger ones are written as they come. */
+const SMALL_FILE_BYTES = 256 * 1024;
+/** A large file is written in pieces this size, in the thread pool, behind the parsing. */
+const PIECE_BYTES = 1024 * 1024;
 
 /**
  * Writes each entry of an archive under `root` as readTar hands it over,
@@ -46,7 +48,7 @@ export class EntryWriter implements TarVisitor {
   private readonly knownDirs: Set<string>;
   private readonly regular = new Set<string>();
   /** Where a file's data is gathered; a large file's fills one while the other is written. */
-  private gathered: Buffer = Buffer.allocUnsafe(GATHER_BYTES);
+  private gathered: Buffer = Buffer.allocUnsafe(PIECE_BYTES);
   private spare?: Buffer;
   /** The write of a large file's previous piece, from `spare`: awaited before the next starts (in order, one at a time). */
   private writing?: Promise<void>;
@@ -84,7 +86,7 @@ export class EntryWriter implements TarVisitor {
         const copied = piece.copy(this.gathered, file.filled, at);
         file.filled += copied;
         at += copied;
-        if (file.filled === GATHER_BYTES) await this.writeBehind(file.handle!, file);
+        if (file.filled === PIECE_BYTES) await this.writeBehind(file.handle!, file);
       }
     });
   }
@@ -132,7 +134,7 @@ export class EntryWriter implements TarVisitor {
         this.file = { header, target, filled: 0 };
         this.regular.add(relativeName);
         // Owner and times once written (finish); a large file is opened now, to be written as it comes.
-        if (header.size > GATHER_BYTES) return this.openLarge(this.file, mode);
+        if (header.size > SMALL_FILE_BYTES) return this.openLarge(this.file, mode);
         return;
       case 'symlink': {
         const linkname = header.linkname;
@@ -210,7 +212,7 @@ export class EntryWriter implements TarVisitor {
     await this.writing;
     const data = this.gathered;
     const length = file.filled;
-    this.gathered = this.spare ?? Buffer.allocUnsafe(GATHER_BYTES);
+    this.gathered = this.spare ?? Buffer.allocUnsafe(PIECE_BYTES);
     this.spare = data;
     file.filled = 0;
     this.writing = (async () => {

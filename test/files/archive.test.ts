@@ -110,10 +110,10 @@ describe('PUT /files/archive', () => {
     expect(leftovers(scratch.dir)).toEqual([]);
   });
 
-  it('writes large files whole, whatever their size against the 256 KiB pieces written behind the parsing', async () => {
+  it('writes large files whole, whatever their size against the 256 KiB small-file limit and the 1 MiB pieces written behind the parsing', async () => {
     const source = join(scratch.dir, 'sizes');
     mkdirSync(source);
-    const sizes = [256 * 1024 - 1, 256 * 1024, 256 * 1024 + 1, 512 * 1024, 1024 * 1024 + 7, 3 * 1024 * 1024 + 512];
+    const sizes = [256 * 1024 - 1, 256 * 1024, 256 * 1024 + 1, 1024 * 1024, 1024 * 1024 + 7, 3 * 1024 * 1024 + 512];
     for (const size of sizes) writeFileSync(join(source, `f${size}`), randomBytes(size));
     writeFileSync(join(source, 'small'), 'between the large ones');
     const archive = execFileSync('tar', ['-cf', '-', '-C', source, '.'], { maxBuffer: 64 * 1024 * 1024 });
