@@ -6,13 +6,13 @@
 // because each curl forks the bench process, and Node's reads in a process that
 // has just forked ran up to 3x slower here.
 import { execFile } from 'node:child_process';
+import { createReadStream } from 'node:fs';
 import { promisify } from 'node:util';
 import { join } from 'node:path';
 import { send } from './lib/client.mjs';
 import { atLeast, makeRow, missingRow, printRow, runIfMain, withEnvd } from './lib/figure.mjs';
 import { interleave, median } from './lib/stats.mjs';
 import { makeTempDir, removeTempDir, writeRandomFile } from './lib/temp.mjs';
-import { readSource } from './lib/source.mjs';
 
 const GOAL = atLeast(0.85);
 const MB = 1e6;
@@ -50,7 +50,7 @@ async function downloadWithCurl(server, source, bytes) {
 
 async function readDirect(source, bytes) {
   const start = performance.now();
-  const got = await countBytes(readSource(source));
+  const got = await countBytes(createReadStream(source));
   if (got !== bytes) throw new Error(`read ${got} of ${bytes} bytes`);
   return bytes / MB / ((performance.now() - start) / 1000);
 }

@@ -1,4 +1,4 @@
-// How every bench reads a source file it sends or copies: in 1 MiB chunks, on both sides.
+// How the benches read a source file they send to envd (and the tar baseline's sender): in 1 MiB chunks.
 // With createReadStream's 64 KiB default the bench's own sender was the bottleneck: 500 MiB
 // through node:http into a server that discards took ~850 ms (~390 ms in 1 MiB chunks, curl
 // ~280 ms), so upload figures measured the client, not envd.
