@@ -14,8 +14,9 @@ for (const signal of ['SIGINT', 'SIGTERM']) {
   });
 }
 
-export function makeTempDir(label) {
-  const dir = mkdtempSync(join(tmpdir(), `envd-bench-${label}-`));
+/** A fresh directory under $TMPDIR, or under `base` (a tmpfs such as /dev/shm). */
+export function makeTempDir(label, base = tmpdir()) {
+  const dir = mkdtempSync(join(base, `envd-bench-${label}-`));
   made.add(dir);
   return dir;
 }
