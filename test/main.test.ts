@@ -111,3 +111,35 @@ describe('the envd executable', () => {
     }
   });
 });
+
+/** The file system type of the mount a path is on, from /proc/self/mountinfo (the longest mount point above it). */
+function mountType(path: string): string {
+  let best = { point: '', type: '' };
+  for (const line of readFileSync('/proc/self/mountinfo', 'utf8').split('\n')) {
+    const [left, right] = line.split(' - ');
+    const point = left?.split(' ')[4]?.replace(/\\040/g, ' ');
+    if (!point || !right) continue;
+    const inside = path === point || path.startsWith(point === '/' ? '/' : `${point}/`);
+    if (inside && point.length >= best.point.length) best = { point, type: right.split(' ')[0]! };
+  }
+  return best.type;
+}
+
+describe('the state directory check', () => {
+  // An ext4 state directory halved exec throughput (docs/operations.md): envd says so once at start.
+  it.each([
+    ['in /dev/shm', () => mkdtempSync('/dev/shm/envd-state-check-')],
+    ['beside the checkout', () => mkdtempSync(join(process.cwd(), '.envd-state-check-'))],
+  ])('warns at start only when the state directory (%s) is not on a tmpfs', async (_where, make) => {
+    const dirs = make();
+    const envd = await startEnvdProcess(['--state-dir', join(dirs, 'state'), '--spool-dir', join(dirs, 'spool')], { ENVD_ACCESS_TOKEN: 'tok' });
+    try {
+      for (let waited = 0; !envd.lines.some((line) => line.includes('envd ready')) && waited < 5_000; waited += 20) await new Promise((r) => setTimeout(r, 20));
+      const warned = envd.lines.some((line) => line.includes('the state directory is not on a tmpfs'));
+      expect(warned, envd.lines.join('\n')).toBe(mountType(dirs) !== 'tmpfs');
+    } finally {
+      await envd.stop('SIGTERM');
+      rmSync(dirs, { recursive: true, force: true });
+    }
+  });
+});
