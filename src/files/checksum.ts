@@ -9,8 +9,12 @@ export function sha256Of(bytes: Buffer | string): string {
 /** Each hash reads through one buffer it reuses: a fresh buffer per read left up to 64 MiB of garbage for V8 to find (as downloads did). */
 const READ_BYTES = 1024 * 1024;
 
-/** How long a hash of a growing file waits before it reads again when it has caught up with the writer. */
-const CAUGHT_UP_WAIT_MS = 2;
+/**
+ * How long a hash of a growing file waits before it reads again when it has
+ * caught up with the writer: 2 ms, doubled while the file stays as it was (a
+ * slow or stalled client) up to 64 ms, so that it does not poll 500 times a second.
+ */
+const CAUGHT_UP_WAIT_MS = { first: 2, max: 64 };
 
 /**
  * sha256 of a file's bytes, hex, read in 1 MiB reads into one buffer that is
@@ -32,14 +36,23 @@ export async function sha256OfFile(path: string, appendedUntil?: Promise<unknown
     () => (appending = false),
   );
   const file = await open(path, 'r');
+  let wait = CAUGHT_UP_WAIT_MS.first;
   try {
     for (;;) {
       // Read before asking whether the writer is done: an empty read after it was done is the end.
       const writerWasDone = !appending;
       const { bytesRead } = await file.read(buffer, 0, READ_BYTES, null);
-      if (bytesRead > 0) hash.update(buffer.subarray(0, bytesRead));
-      else if (writerWasDone) break;
-      else await new Promise((resolve) => setTimeout(resolve, CAUGHT_UP_WAIT_MS));
+      if (bytesRead > 0) {
+        hash.update(buffer.subarray(0, bytesRead));
+        wait = CAUGHT_UP_WAIT_MS.first;
+      } else if (writerWasDone) break;
+      else {
+        // The writer's end cuts the wait short: the rest is read at once.
+        let timer: NodeJS.Timeout | undefined;
+        await Promise.race([new Promise((resolve) => (timer = setTimeout(resolve, wait))), appendedUntil!.catch(() => {})]);
+        clearTimeout(timer);
+        wait = Math.min(wait * 2, CAUGHT_UP_WAIT_MS.max);
+      }
     }
   } finally {
     await file.close();
