@@ -39,7 +39,7 @@ export function limitBytes(limit: number): Transform {
 
 /**
  * Streams the request body into a temporary file and renames it over the
- * target. The body is read through `iterator({ destroyOnReturn: false })`:
+ * target, answering the sha256 of the temporary file's bytes. The body is read through `iterator({ destroyOnReturn: false })`:
  * when the write fails (413, 507) the request is left open, so the error
  * can still be answered; the rest of the body is then drained by Node and the
  * connection closed (the caller sets `connection: close`).
