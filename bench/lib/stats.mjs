@@ -18,6 +18,13 @@ export function median(samples) {
   return sorted.length % 2 === 1 ? sorted[mid] : (sorted[mid - 1] + sorted[mid]) / 2;
 }
 
+/** The run-to-run spread of a figure: its lowest, middle and highest value, and how far apart the ends are. */
+export function spread(values) {
+  const min = Math.min(...values);
+  const max = Math.max(...values);
+  return { min, median: median(values), max, range: max - min };
+}
+
 /**
  * envd compared with its baseline so that the number reads like the goal:
  * 'envd/baseline' for costs (latency, where lower is better and the goal is

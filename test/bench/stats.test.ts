@@ -1,12 +1,17 @@
 import { describe, expect, it } from 'vitest';
 // @ts-expect-error: the bench is plain ESM JavaScript with no type declarations.
-import { interleave, median, percentile, ratio, runConcurrently } from '../../bench/lib/stats.mjs';
+import { interleave, median, percentile, ratio, runConcurrently, spread } from '../../bench/lib/stats.mjs';
 
 describe('bench statistics', () => {
   it('takes the middle sample as the median, or the mean of the middle two', () => {
     expect(median([5, 1, 3])).toBe(3);
     expect(median([4, 1, 3, 2])).toBe(2.5);
     expect(median([])).toBeNaN();
+  });
+
+  it('gives the spread of repeated runs: lowest, median, highest and the range between them', () => {
+    expect(spread([1.05, 1.16, 1.14, 0.66, 1.17])).toEqual({ min: 0.66, median: 1.14, max: 1.17, range: 1.17 - 0.66 });
+    expect(spread([0.7])).toEqual({ min: 0.7, median: 0.7, max: 0.7, range: 0 });
   });
 
   it('answers percentiles by nearest rank without reordering the input', () => {
