@@ -5,11 +5,10 @@
 // profiled by the profile of any run: its first ~200 ms are the boot.
 import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { existsSync, mkdirSync, readdirSync } from 'node:fs';
+import { mkdirSync, readdirSync } from 'node:fs';
 import { closeClient } from './lib/client.mjs';
 import { summariseProfile } from './lib/cpu-profile.mjs';
-import { ENVD_ENV, ENVD_JS, ENVD_NODE_FLAGS, freePort, ROOT, waitForHealth } from './lib/envd-process.mjs';
-import { makeTempDir, removeTempDir } from './lib/temp.mjs';
+import { ENVD_ENV, ENVD_JS, ENVD_NODE_FLAGS, freePort, makeEnvdDirs, ROOT, waitForHealth } from './lib/envd-process.mjs';
 
 const figure = process.argv[2];
 if (!figure || figure.startsWith('-')) {
@@ -21,9 +20,8 @@ const out = `${ROOT}bench/results/profile-${figure}-${Date.now()}`;
 mkdirSync(out, { recursive: true });
 const port = await freePort();
 const token = randomBytes(16).toString('hex');
-// Its state in tmpfs and its spool in $TMPDIR, as startEnvd lays them out (a guest's /run is tmpfs; this host's is not).
-const stateDir = makeTempDir('state', existsSync('/dev/shm') ? '/dev/shm' : undefined);
-const spoolDir = makeTempDir('spool');
+const dirs = makeEnvdDirs();
+const { stateDir, spoolDir } = dirs;
 const child = spawn(process.execPath, [...ENVD_NODE_FLAGS, '--cpu-prof', `--cpu-prof-dir=${out}`, ENVD_JS, '--host', '127.0.0.1', '--port', String(port), '--log-level', 'warn', '--state-dir', stateDir, '--spool-dir', spoolDir], {
   env: { PATH: process.env.PATH, HOME: process.env.HOME, ...ENVD_ENV, ENVD_ACCESS_TOKEN: token },
   stdio: ['ignore', 'ignore', 'inherit'],
@@ -36,7 +34,6 @@ try {
   closeClient();
   child.kill('SIGTERM');
   await exited;
-  removeTempDir(stateDir);
-  removeTempDir(spoolDir);
+  dirs.remove();
 }
 for (const file of readdirSync(out)) console.log(summariseProfile(`${out}/${file}`));

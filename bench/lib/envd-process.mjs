@@ -5,7 +5,6 @@ import { randomBytes } from 'node:crypto';
 import { existsSync, readFileSync } from 'node:fs';
 import { request } from 'node:http';
 import { createServer } from 'node:net';
-import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { makeTempDir, removeTempDir } from './temp.mjs';
 
@@ -143,6 +142,20 @@ export async function startServer({ command = process.execPath, args = [], env =
 }
 
 /**
+ * A fresh state directory and spool directory for an envd of the bench, laid
+ * out as in a guest: the state in tmpfs (/run/envd is one there; this host's
+ * /run is not), the spool in $TMPDIR. On this host's ext4 the inode
+ * allocator's search past recently deleted inodes took the holders 38 % of the
+ * machine's CPU under a stream of commands (perf), and exec throughput fell
+ * from 0.57-0.71x to 0.33-0.39x of direct spawns, a cost no guest has.
+ */
+export function makeEnvdDirs() {
+  const stateDir = makeTempDir('state', existsSync('/dev/shm') ? '/dev/shm' : undefined);
+  const spoolDir = makeTempDir('spool');
+  return { stateDir, spoolDir, remove: () => (removeTempDir(stateDir), removeTempDir(spoolDir)) };
+}
+
+/**
  * envd from dist/ (the bundle by default, or the single executable), with a
  * fresh token and reduced logging: the bench measures envd's work, not the
  * cost of one pino line per request on stdout (see README, Performance).
@@ -151,13 +164,9 @@ export async function startEnvd({ executable = false, logLevel = 'warn', dirs, t
   const file = executable ? ENVD_SEA : ENVD_JS;
   if (!existsSync(file)) throw new Error(`${file} does not exist (npm run build)`);
   // Its own state and spool directories (never the real /run/envd of a root run), removed when it stops
-  // unless the caller gave them (a restart: the next envd opens the same ones). The state directory is
-  // in tmpfs, as /run/envd is in a guest: on this host's ext4 the inode allocator's search past recently
-  // deleted inodes took the holders 38 % of the machine's CPU under a stream of commands (perf), and
-  // exec throughput fell from ~0.8x to ~0.35x of direct spawns, a cost no guest has.
-  const own = dirs ? undefined : makeTempDir('dirs');
-  const ownState = dirs || !existsSync('/dev/shm') ? undefined : makeTempDir('state', '/dev/shm');
-  const { stateDir, spoolDir } = dirs ?? { stateDir: ownState ?? join(own, 'state'), spoolDir: join(own, 'spool') };
+  // unless the caller gave them (a restart: the next envd opens the same ones).
+  const own = dirs ? undefined : makeEnvdDirs();
+  const { stateDir, spoolDir } = dirs ?? own;
   const server = await startServer({
     command: executable ? file : process.execPath,
     args: [...(executable ? [] : [...ENVD_NODE_FLAGS, ...(process.env.BENCH_PRELOAD ? ['--expose-gc', '-r', process.env.BENCH_PRELOAD] : []), file]), '--log-level', logLevel, '--state-dir', stateDir, '--spool-dir', spoolDir, ...args],
@@ -170,8 +179,7 @@ export async function startEnvd({ executable = false, logLevel = 'warn', dirs, t
     spoolDir,
     async stop(signal) {
       await server.stop(signal);
-      if (own) removeTempDir(own);
-      if (ownState) removeTempDir(ownState);
+      own?.remove();
     },
   };
 }

@@ -30,11 +30,13 @@ const CAUGHT_UP_WAIT_MS = { first: 2, max: 64 };
 export async function sha256OfFile(path: string, appendedUntil?: Promise<unknown>): Promise<string> {
   const hash = createHash('sha256');
   const buffer = Buffer.allocUnsafeSlow(READ_BYTES);
-  let appending = appendedUntil !== undefined;
-  void appendedUntil?.then(
-    () => (appending = false),
-    () => (appending = false),
+  // Settles when the writer is done, however it ended (its failure is its caller's to answer).
+  const writerDone = appendedUntil?.then(
+    () => {},
+    () => {},
   );
+  let appending = writerDone !== undefined;
+  void writerDone?.then(() => (appending = false));
   const file = await open(path, 'r');
   let wait = CAUGHT_UP_WAIT_MS.first;
   try {
@@ -49,7 +51,7 @@ export async function sha256OfFile(path: string, appendedUntil?: Promise<unknown
       else {
         // The writer's end cuts the wait short: the rest is read at once.
         let timer: NodeJS.Timeout | undefined;
-        await Promise.race([new Promise((resolve) => (timer = setTimeout(resolve, wait))), appendedUntil!.catch(() => {})]);
+        await Promise.race([new Promise((resolve) => (timer = setTimeout(resolve, wait))), writerDone]);
         clearTimeout(timer);
         wait = Math.min(wait * 2, CAUGHT_UP_WAIT_MS.max);
       }
