@@ -1,10 +1,12 @@
 // The holder's pure C functions where they have edges (issue 30), compiled
 // with small check programs in test/holder/c/: json_text against the WHATWG
-// decoding and JSON.stringify, frame_event against the bytes envd writes; and
+// decoding and JSON.stringify, frame_event against the bytes envd writes,
+// sha256 against OpenSSL's (node:crypto); and
 // the failures of the command's process that a healthy machine never shows,
 // provoked with a seccomp filter (deny-syscall.c).
 import { execFileSync, spawnSync } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { createHash, randomBytes } from 'node:crypto';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import fc from 'fast-check';
@@ -23,6 +25,7 @@ beforeAll(() => {
     execFileSync('cc', ['-std=c11', '-O2', '-Wall', '-Wextra', '-Werror', '-I', 'src/holder', '-o', binary(name), `test/holder/c/${name}.c`, ...units.map((u) => `src/holder/${u}.c`)]);
   cc('json-text-check', 'json-text');
   cc('event-check', 'event');
+  cc('sha256-check', 'sha256');
   cc('deny-syscall');
 });
 afterAll(() => dir && rmSync(dir, { recursive: true, force: true }));
@@ -71,6 +74,37 @@ describe('frame_event (C)', () => {
     const run = spawnSync(binary('event-check'), { encoding: 'utf8' });
     expect(run.stdout).toBe('');
     expect(run.status).toBe(0);
+  });
+});
+
+/** What sha256-check prints for `bytes` fed in `pieces` (cycled): each block function's hash. */
+function sha256Check(bytes: Uint8Array, pieces: number[]): { portable: string; shani: string } {
+  const run = spawnSync(binary('sha256-check'), pieces.map(String), { input: bytes, maxBuffer: 1024 * 1024 });
+  if (run.status !== 0) throw new Error(`sha256-check exited ${run.status}: ${run.stderr}`);
+  const [portable, shani] = run.stdout.toString('utf8').trim().split('\n').map((line) => line.split(' ')[1]!);
+  return { portable: portable!, shani: shani! };
+}
+
+describe('sha256 (C, the archive relay\'s hash)', () => {
+  const hasShaNi = /^flags\s*:.*\bsha_ni\b/m.test(readFileSync('/proc/cpuinfo', 'latin1'));
+  const expected = (bytes: Uint8Array) => createHash('sha256').update(bytes).digest('hex');
+
+  it(`gives OpenSSL's hash for every length and split, with the portable code and with the SHA extensions (${hasShaNi ? 'this CPU has them' : 'not on this CPU'})`, () => {
+    fc.assert(
+      fc.property(fc.uint8Array({ maxLength: 2_000 }), fc.array(fc.integer({ min: 1, max: 200 }), { minLength: 1, maxLength: 5 }), (bytes, pieces) => {
+        const { portable, shani } = sha256Check(bytes, pieces);
+        expect(portable).toBe(expected(bytes));
+        expect(shani).toBe(hasShaNi ? expected(bytes) : 'none');
+      }),
+      { seed: PROPERTY_SEED, numRuns: 150 },
+    );
+  });
+
+  it('gives it at every padding edge and for megabytes fed in odd pieces', () => {
+    for (const length of [0, 1, 55, 56, 57, 63, 64, 65, 119, 120, 128, 3 * 1024 * 1024 + 7]) {
+      const bytes = randomBytes(length);
+      expect(sha256Check(bytes, [4099, 61, 64]), String(length)).toEqual({ portable: expected(bytes), shani: hasShaNi ? expected(bytes) : 'none' });
+    }
   });
 });
 
