@@ -5,7 +5,7 @@ import { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { parseArgs } from 'node:util';
 import { EnvdClient, type SignalName } from '../client/index.js';
-import { extractArchive } from '../files/archive-extract.js';
+import { extractArchive, hashedHere } from '../files/archive-extract.js';
 import { TarBody } from '../files/tar/body.js';
 import { Progress } from './progress.js';
 
@@ -254,7 +254,7 @@ async function pullTree(common: Common, from: string, target: string, progressTo
   try {
     const exists = (await stat(target).catch(() => undefined)) !== undefined;
     const body = Readable.fromWeb(response.body as never).pipe(progress.counter());
-    return (await extractArchive(body, resolve(target), exists ? 'merge' : 'create', undefined)).files;
+    return (await extractArchive(hashedHere(body), resolve(target), exists ? 'merge' : 'create', undefined)).files;
   } finally {
     progress.end();
   }

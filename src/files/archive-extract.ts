@@ -32,7 +32,7 @@ export interface Extracted {
  * the temporary tree: nothing is left behind. A malformed or truncated archive
  * is a 400; what each entry may be is EntryWriter's to say.
  */
-export async function extractArchive(body: Readable, dir: string, mode: ExtractMode, owner: Owner | undefined): Promise<Extracted> {
+export async function extractArchive(body: ArchiveBody, dir: string, mode: ExtractMode, owner: Owner | undefined): Promise<Extracted> {
   const existing = await lstat(dir).catch(() => undefined);
   if (existing && !existing.isDirectory()) throw conflict(`path: ${dir} exists and is not a directory`);
   if (existing && mode === 'create') throw conflict(`path: ${dir} exists; use mode=merge or mode=replace`);
@@ -47,14 +47,13 @@ export async function extractArchive(body: Readable, dir: string, mode: ExtractM
   const ownedAlready = owner !== undefined && made.uid === owner.uid && made.gid === owner.gid && (made.mode & 0o2000) === 0;
   const writer = new EntryWriter(temp, ownedAlready ? undefined : owner);
   try {
-    const hash = createHash('sha256');
-    const { chunks, gzipped } = await openBody(body, hash);
+    const { chunks, gzipped } = await openBody(body);
     await readTar(gzipped ? gunzip(chunks) : chunks, writer);
     // Directory mtimes last: writing their entries changed them.
     for (const [path, time] of writer.dirTimes) await utimes(path, time, time).catch(() => {});
     if (owner) await chown(temp, owner.uid, owner.gid);
     await place(temp, dir, mode, existing !== undefined);
-    return { path: dir, files: writer.files, bytes: writer.bytes, sha256: hash.digest('hex') };
+    return { path: dir, files: writer.files, bytes: writer.bytes, sha256: await body.sha256() };
   } catch (error) {
     await writer.abort();
     await rm(temp, { recursive: true, force: true });
@@ -67,17 +66,37 @@ export async function extractArchive(body: Readable, dir: string, mode: ExtractM
   }
 }
 
-/** The body's chunks, each fed to `hash` as it passes, and whether they are gzipped (their first two bytes). */
-async function openBody(body: Readable, hash: ReturnType<typeof createHash>): Promise<{ chunks: AsyncIterable<Buffer>; gzipped: boolean }> {
+/** An archive's bytes as they arrive, and their sha256 once all have. */
+export interface ArchiveBody {
+  /** The bytes in order, read ahead of the extraction. */
+  chunks: AsyncIterator<Buffer>;
+  /** The sha256 of every byte, once `chunks` has ended. */
+  sha256(): Promise<string>;
+}
+
+/** A request body read here and hashed on the way (a large one with a Content-Length may come through the relay instead, archive-relay.ts). */
+export function hashedHere(body: Readable): ArchiveBody {
+  const hash = createHash('sha256');
   const iterator = readAhead(body, READ_AHEAD_BYTES);
-  const first = await iterator.next();
+  return {
+    chunks: {
+      async next() {
+        const next = await iterator.next();
+        if (!next.done) hash.update(next.value);
+        return next;
+      },
+    },
+    sha256: async () => hash.digest('hex'),
+  };
+}
+
+/** The body's chunks, and whether they are gzipped (their first two bytes). */
+async function openBody(body: ArchiveBody): Promise<{ chunks: AsyncIterable<Buffer>; gzipped: boolean }> {
+  const first = await body.chunks.next();
   async function* all(): AsyncGenerator<Buffer> {
-    for (let next = first; !next.done; next = await iterator.next()) {
-      hash.update(next.value as Buffer);
-      yield next.value as Buffer;
-    }
+    for (let next = first; !next.done; next = await body.chunks.next()) yield next.value;
   }
-  const head = first.done ? undefined : (first.value as Buffer);
+  const head = first.done ? undefined : first.value;
   return { chunks: all(), gzipped: head !== undefined && head[0] === 0x1f && head[1] === 0x8b };
 }
 

@@ -4,7 +4,8 @@ import { basename } from 'node:path';
 import { Readable } from 'node:stream';
 import type { Config } from '../config.js';
 import { badRequest, HttpError, errnoToHttpError } from '../errors.js';
-import { extractArchive } from './archive-extract.js';
+import { extractArchive, hashedHere } from './archive-extract.js';
+import { relayArchive } from './archive-relay.js';
 import { packDirectory } from './archive-pack.js';
 import { sha256Of, sha256OfFile } from './checksum.js';
 import type { SandboxState } from '../sandbox-state.js';
@@ -27,7 +28,7 @@ import { armWatch, streamWatch } from './watch/stream.js';
 export interface FileRoutesOptions {
   config: Config;
   state: SandboxState;
-  /** The envd-holder binary, whose --receive mode takes large uploads' bodies (upload-splice.ts). */
+  /** The envd-holder binary: its --receive mode takes large uploads' bodies (upload-splice.ts), its --relay mode hashes large archives (archive-relay.ts). */
   receiver: string;
 }
 
@@ -183,13 +184,22 @@ export const fileRoutes: FastifyPluginAsyncTypebox<FileRoutesOptions> = async (a
         response: { 200: S.Extracted, ...S.errors(400, 404, 409, 413, 507) },
       },
     },
-    async (request) => {
+    async (request, reply) => {
       const path = checkPath(request.query.path, 'path');
       if (path === '/') throw badRequest('path: cannot extract over /');
       // Only the raw content types come as a stream; no body, or one fastify parsed (JSON), is not an archive.
       if (!(request.body instanceof Readable)) throw badRequest('body: a tar or tar.gz archive is required (content-type application/x-tar, application/gzip or application/octet-stream)');
       const owner = await resolveOwner(state, request.query.username);
-      return extractArchive(request.body, path, (request.query.mode ?? 'create') as 'create' | 'merge' | 'replace', owner);
+      const mode = (request.query.mode ?? 'create') as 'create' | 'merge' | 'replace';
+      const relayed = relayArchive(request.raw, receiver);
+      if (!relayed) return extractArchive(hashedHere(request.body), path, mode, owner);
+      // Node's parser still waits for the relayed body: this connection can take no further request.
+      reply.header('connection', 'close');
+      try {
+        return await extractArchive(relayed, path, mode, owner);
+      } finally {
+        await relayed.close();
+      }
     },
   );
 

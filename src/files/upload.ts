@@ -4,7 +4,8 @@ import { Transform } from 'node:stream';
 import { HttpError, badRequest } from '../errors.js';
 import { fillAtomically, fillTemp, writeTemp } from './atomic-write.js';
 import { sha256OfFile } from './checksum.js';
-import { spliceBody, spliceableLength } from './upload-splice.js';
+import { spliceableLength } from './body-takeover.js';
+import { spliceBody } from './upload-splice.js';
 import type { Owner } from './paths.js';
 
 /** Raw uploads above this are refused with 413 and nothing is written. */

@@ -1,7 +1,8 @@
 /*
  * main.c — the envd-holder binary and its jobs: a command's holder (holder.h),
  * the spawner that forks holders for envd (spawner.h), the receiver of a
- * large upload's body (receive.h), and setting the clock (system.h). One
+ * large upload's body (receive.h), the relay that hashes a large archive
+ * upload on its way to envd (relay.h), and setting the clock (system.h). One
  * static binary, so a guest carries one file and every job starts without a
  * dynamic loader.
  */
@@ -9,11 +10,13 @@
 
 #include "holder.h"
 #include "receive.h"
+#include "relay.h"
 #include "spawner.h"
 #include "system.h"
 
 int main(int argc, char **argv) {
   if (argc > 1 && strcmp(argv[1], "--receive") == 0) return receive_main(argc, argv);
+  if (argc > 1 && strcmp(argv[1], "--relay") == 0) return relay_main(argc, argv);
   if (argc > 1 && strcmp(argv[1], "--spawner") == 0) return spawner_main(argc, argv, holder_main);
   if (argc > 1 && strcmp(argv[1], "--set-clock") == 0) return set_clock_main(argc, argv);
   return holder_main(argc, argv);

@@ -7,10 +7,13 @@ import { execFileSync } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
 import { existsSync, lstatSync, mkdirSync, readdirSync, readFileSync, readlinkSync, symlinkSync, utimesSync, writeFileSync } from 'node:fs';
 import { request as httpRequest } from 'node:http';
+import { availableParallelism } from 'node:os';
 import { join } from 'node:path';
 import { gzipSync } from 'node:zlib';
 import { pack } from 'tar-stream';
 import { describe, expect, it } from 'vitest';
+import { SPLICE_MIN_BYTES } from '../../src/files/body-takeover.js';
+import { countFds, findHolderJobs, waitFor } from '../helpers/proc.js';
 import { useScratchServer } from '../helpers/scratch-server.js';
 
 const scratch = useScratchServer('envd-archive-');
@@ -227,6 +230,114 @@ describe('PUT /files/archive', () => {
     expect(body.message).toMatch(/"bomb\.bin": 1099511627776 bytes would leave less than 67108864 bytes free on the disk/);
     expect(existsSync(target)).toBe(false);
     expect(leftovers(scratch.dir)).toEqual([]);
+  });
+});
+
+/** Whether envd hashes a large archive in the relay on this machine (archive-relay.ts: a second CPU with SHA extensions). */
+const relayExpected = availableParallelism() > 1 && /^flags\s*:.*\bsha_ni\b/m.test(readFileSync('/proc/cpuinfo', 'latin1'));
+const relays = () => findHolderJobs('--relay');
+
+/** PUT /files/archive with a Content-Length, the body written in `pieces`; `abortAfter` pieces, the client goes away instead. */
+function putArchive(path: string, body: Buffer, { pieces = 4, abortAfter }: { pieces?: number; abortAfter?: number } = {}): Promise<{ status: number; connection?: string; body: any }> {
+  return new Promise((resolve, reject) => {
+    const url = new URL(`/files/archive?${q({ path })}`, scratch.server.url);
+    const headers = { authorization: `Bearer ${scratch.server.token}`, 'content-type': 'application/x-tar', 'content-length': body.length };
+    const req = httpRequest(url, { method: 'PUT', headers }, (res) => {
+      let text = '';
+      res.setEncoding('utf8').on('data', (chunk: string) => (text += chunk));
+      res.on('end', () => resolve({ status: res.statusCode!, connection: res.headers.connection, body: JSON.parse(text) }));
+    });
+    req.on('error', abortAfter === undefined ? reject : () => resolve({ status: 0, body: undefined }));
+    const size = Math.ceil(body.length / pieces);
+    void (async () => {
+      for (let at = 0, piece = 0; at < body.length; at += size, piece++) {
+        if (piece === abortAfter) {
+          await waitFor(() => relays().length > 0 || !relayExpected, 5_000, 'the relay to start');
+          req.destroy();
+          return;
+        }
+        if (!req.write(body.subarray(at, at + size))) await new Promise((r) => req.once('drain', r));
+        await new Promise((r) => setTimeout(r, 10));
+      }
+      req.end();
+    })();
+  });
+}
+
+describe(`PUT /files/archive of SPLICE_MIN_BYTES and more (hashed by the relay: ${relayExpected ? 'yes' : 'no, hashed here'} on this machine)`, () => {
+  /** A tar of one file, `size` bytes in all (a multiple of 512): header, data, two end blocks. */
+  async function tarOfSize(size: number): Promise<{ archive: Buffer; data: Buffer }> {
+    const data = randomBytes(size - 512 - 1024);
+    const archive = await handMade([{ header: { name: 'one.bin', size: data.length, mode: 0o644 }, body: data as unknown as string }]);
+    expect(archive.length).toBe(size);
+    return { archive, data };
+  }
+
+  it('extracts bodies below and at the edge exactly, answers their sha256, and closes the connection after a relayed one', async () => {
+    for (const [size, relayed] of [[SPLICE_MIN_BYTES - 512, false], [SPLICE_MIN_BYTES, relayExpected]] as const) {
+      const { archive, data } = await tarOfSize(size);
+      const target = join(scratch.dir, `edge-${size}`);
+      const answer = await putArchive(target, archive);
+      expect(answer.status, `${size}: ${JSON.stringify(answer.body)}`).toBe(200);
+      expect(answer.body).toEqual({ path: target, files: 1, bytes: data.length, sha256: sha256(archive) });
+      expect(answer.connection, String(size)).toBe(relayed ? 'close' : 'keep-alive');
+      expect(sha256(readFileSync(join(target, 'one.bin')))).toBe(sha256(data));
+    }
+    await waitFor(() => relays().length === 0, 5_000, 'no relay left');
+  });
+
+  it.each([
+    ['tar', false],
+    ['tar.gz', true],
+  ])('moves a %s of 6 MiB intact, and its sha256 is that of the bytes sent', async (_, gzip) => {
+    const source = join(scratch.dir, 'source');
+    makeTree(source);
+    for (let i = 0; i < 3; i++) writeFileSync(join(source, `big${i}.bin`), randomBytes(2 * 1024 * 1024 - i));
+    const tarred = execFileSync('tar', ['-cf', '-', '-C', source, '.'], { maxBuffer: 64 * 1024 * 1024 });
+    const archive = gzip ? gzipSync(tarred) : tarred;
+    const target = join(scratch.dir, 'target');
+    const answer = await putArchive(target, archive, { pieces: 7 });
+    expect(answer.status).toBe(200);
+    expect(answer.body.sha256).toBe(sha256(archive));
+    expect(describeTree(target)).toEqual(describeTree(source));
+    expect(leftovers(scratch.dir)).toEqual([]);
+  });
+
+  it('refuses a hostile entry after megabytes of good ones by name, leaves nothing, ends the relay, and answers while the client still sends', async () => {
+    const archive = await handMade([
+      { header: { name: 'good.bin', size: 3 * 1024 * 1024 }, body: randomBytes(3 * 1024 * 1024) as unknown as string },
+      { header: { name: '../escape.txt', size: 3 }, body: 'bad' },
+      { header: { name: 'after.bin', size: 2 * 1024 * 1024 }, body: randomBytes(2 * 1024 * 1024) as unknown as string },
+    ]);
+    const target = join(scratch.dir, 'target');
+    const answer = await putArchive(target, archive, { pieces: 10 });
+    expect(answer.status).toBe(400);
+    expect(answer.body.message).toMatch(/"\.\.\/escape\.txt".*nothing was written/);
+    expect(existsSync(target)).toBe(false);
+    expect(leftovers(scratch.dir)).toEqual([]);
+    await waitFor(() => relays().length === 0, 5_000, 'the relay to end');
+    expect((await scratch.server.call('GET', '/health')).status).toBe(200);
+  });
+
+  it('answers 400 for a body that is whole but a truncated tar, and leaves nothing', async () => {
+    const { archive } = await tarOfSize(4 * 1024 * 1024);
+    const cut = archive.subarray(0, 2 * 1024 * 1024 + 100);
+    const answer = await putArchive(join(scratch.dir, 'target'), cut);
+    expect(answer.status).toBe(400);
+    // Where it ended says every byte sent reached the parser (none was dropped on the way).
+    expect(answer.body.message).toMatch(/not a valid tar or tar.gz archive \(unexpected end of the archive in the data of "one.bin"\)/);
+    expect(leftovers(scratch.dir)).toEqual([]);
+    await waitFor(() => relays().length === 0, 5_000, 'no relay left');
+  });
+
+  it('ends the relay, leaves nothing and leaks no fd when the client goes away mid-body', async () => {
+    const { archive } = await tarOfSize(8 * 1024 * 1024);
+    const fdsBefore = countFds();
+    const answer = await putArchive(join(scratch.dir, 'target'), archive, { pieces: 8, abortAfter: 3 });
+    expect(answer.status).toBe(0);
+    await waitFor(() => relays().length === 0 && leftovers(scratch.dir).length === 0, 5_000, 'the relay to end and the temporary tree to go');
+    expect(existsSync(join(scratch.dir, 'target'))).toBe(false);
+    await waitFor(() => countFds() <= fdsBefore, 5_000, 'fds back to where they were');
   });
 });
 

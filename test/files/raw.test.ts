@@ -6,7 +6,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { isTempName } from '../../src/files/atomic-write.js';
 import { UPLOAD_LIMIT } from '../../src/files/upload.js';
-import { SPLICE_MIN_BYTES } from '../../src/files/upload-splice.js';
+import { SPLICE_MIN_BYTES } from '../../src/files/body-takeover.js';
 import { isRoot, putRaw, sh, zeros } from '../helpers/files.js';
 import { countFds, findReceivers, waitFor } from '../helpers/proc.js';
 import { useScratchServer } from '../helpers/scratch-server.js';

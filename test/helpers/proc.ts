@@ -148,9 +148,14 @@ async function startListening(file: string, fixedArgs: string[], args: string[],
 
 /** Pids of envd-holder --receive processes (the upload receiver, src/holder/receive.c) alive now. */
 export function findReceivers(): string[] {
+  return findHolderJobs('--receive');
+}
+
+/** Processes running a job of the holder binary (`--receive`, `--relay`): their pids. */
+export function findHolderJobs(mode: '--receive' | '--relay'): string[] {
   return readdirSync('/proc').filter((entry) => {
     try {
-      return /^\d+$/.test(entry) && readFileSync(`/proc/${entry}/cmdline`, 'utf8').split('\0').includes('--receive');
+      return /^\d+$/.test(entry) && readFileSync(`/proc/${entry}/cmdline`, 'utf8').split('\0').includes(mode);
     } catch {
       return false;
     }
