@@ -60,6 +60,8 @@ export function relayArchive(request: IncomingMessage, holder: string): RelayedA
   // Listening from now on, not from the extraction's first read: when the relay exits, Node resumes every
   // stdio stream of it (child_process's flushStdio), and what nobody listens to then is dropped.
   let first: ReturnType<typeof iterator.next> | undefined = iterator.next();
+  // Handled where it is awaited; a route that refuses before reading (409) never awaits it, and close() makes it reject.
+  first.catch(() => {});
   let completed = false;
   return {
     chunks: {

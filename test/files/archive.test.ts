@@ -319,6 +319,33 @@ describe(`PUT /files/archive of SPLICE_MIN_BYTES and more (hashed by the relay: 
     expect((await scratch.server.call('GET', '/health')).status).toBe(200);
   });
 
+  it('answers 409 for a target that exists before the body has begun, ends the relay, and keeps serving', async () => {
+    const { archive } = await tarOfSize(2 * 1024 * 1024);
+    const target = join(scratch.dir, 'exists');
+    mkdirSync(target);
+    // Headers alone first: the route refuses while the relay has nothing to pass on yet.
+    const answer = await new Promise<{ status: number; body: any }>((resolve, reject) => {
+      const url = new URL(`/files/archive?${q({ path: target })}`, scratch.server.url);
+      const req = httpRequest(url, { method: 'PUT', headers: { authorization: `Bearer ${scratch.server.token}`, 'content-type': 'application/x-tar', 'content-length': archive.length } }, (res) => {
+        let text = '';
+        res.setEncoding('utf8').on('data', (chunk: string) => (text += chunk));
+        res.on('end', () => {
+          resolve({ status: res.statusCode!, body: JSON.parse(text) });
+          req.destroy();
+        });
+      });
+      req.on('error', () => {});
+      req.flushHeaders();
+      setTimeout(() => req.write(archive), 1_000).unref();
+      setTimeout(() => reject(new Error('no answer')), 10_000).unref();
+    });
+    expect(answer.status).toBe(409);
+    expect(answer.body.message).toMatch(/exists/);
+    expect(readdirSync(target)).toEqual([]);
+    await waitFor(() => relays().length === 0, 5_000, 'the relay to end');
+    expect((await scratch.server.call('GET', '/health')).status).toBe(200);
+  });
+
   it('answers 400 for a body that is whole but a truncated tar, and leaves nothing', async () => {
     const { archive } = await tarOfSize(4 * 1024 * 1024);
     const cut = archive.subarray(0, 2 * 1024 * 1024 + 100);
