@@ -66,8 +66,15 @@ export function relayArchive(request: IncomingMessage, holder: string): RelayedA
   return {
     chunks: {
       async next() {
-        const next = await (first ?? iterator.next());
-        first = undefined;
+        let next;
+        try {
+          next = await (first ?? iterator.next());
+        } catch (error) {
+          // A relay that never started (EMFILE, EAGAIN: a 503) closed the pair: its spawn's error is the answer.
+          throw child.pid === undefined ? await outcome.then(() => error, (spawnError: unknown) => spawnError) : error;
+        } finally {
+          first = undefined;
+        }
         if (next.done) {
           // The relay's end says whether that was the whole body (a client that went away ends it early).
           const failure = outcomeError(await outcome);
