@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { EnvdClient, EnvdError, type CommandEvent } from '../../src/client/index.js';
+import { commandUser } from '../helpers/command-user.js';
 import { startServer, type TestServer } from '../helpers/server.js';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -8,8 +9,16 @@ import { join } from 'node:path';
 let server: TestServer;
 let client: EnvdClient;
 let dir: string;
+/** Who runs the commands this file kills within ~100 ms of their start: a plain user when root (see below). */
+let killedAs: string;
+let removeUser = () => {};
 
 beforeAll(async () => {
+  // A root login shell killed while it starts leaves pyenv's lock behind on this host, and every later
+  // root login shell then waits 60 s for it (two unit runs timed out a later test that way).
+  const made = await commandUser();
+  killedAs = made.user.name;
+  removeUser = made.remove;
   server = await startServer();
   client = new EnvdClient({ url: `${server.url}/`, token: server.token });
   dir = mkdtempSync(join(tmpdir(), 'envd-client-'));
@@ -17,6 +26,7 @@ beforeAll(async () => {
 afterAll(async () => {
   rmSync(dir, { recursive: true, force: true });
   await server.close();
+  removeUser();
 });
 
 describe('the typed client on a real envd', () => {
@@ -57,7 +67,7 @@ describe('the typed client on a real envd', () => {
     await client.commands.sendStdin(pid, 'hello\n');
     await client.commands.closeStdin(pid);
     expect((await client.commands.wait(pid)).stdout).toBe('hello\n');
-    const sleeper = await client.commands.start({ cmd: 'sleep 30' });
+    const sleeper = await client.commands.start({ cmd: 'sleep 30', user: killedAs });
     await expect(client.commands.wait(sleeper.pid, { timeout_ms: 50 })).rejects.toMatchObject({ status: 408 });
     expect((await client.commands.list()).some((p) => p.pid === sleeper.pid)).toBe(true);
     await client.commands.signal(sleeper.pid, 'SIGTERM');
@@ -90,7 +100,7 @@ describe('the typed client on a real envd', () => {
 
   it('stops on an AbortSignal', async () => {
     const controller = new AbortController();
-    const pending = client.commands.run({ cmd: 'sleep 30' }, { signal: controller.signal });
+    const pending = client.commands.run({ cmd: 'sleep 30', user: killedAs }, { signal: controller.signal });
     setTimeout(() => controller.abort(), 100);
     await expect(pending).rejects.toMatchObject({ name: 'AbortError' });
   });
