@@ -12,8 +12,8 @@ import { readTar } from './tar/read.js';
 
 export type ExtractMode = 'create' | 'merge' | 'replace';
 
-/** How far the body is read ahead of the extraction (see readAhead). */
-const READ_AHEAD_BYTES = 1024 * 1024;
+/** How far the body is read ahead of the extraction (see readAhead), whether it comes from the request or the relay. */
+export const READ_AHEAD_BYTES = 1024 * 1024;
 
 export interface Extracted {
   path: string;

@@ -3,12 +3,9 @@ import type { IncomingMessage } from 'node:http';
 import type { Socket } from 'node:net';
 import { availableParallelism } from 'node:os';
 import type { Readable } from 'node:stream';
-import type { ArchiveBody } from './archive-extract.js';
+import { READ_AHEAD_BYTES, type ArchiveBody } from './archive-extract.js';
 import { outcomeError, spliceableLength, startBodyReader, takeOverBody } from './body-takeover.js';
 import { readAhead } from './read-ahead.js';
-
-/** How far the relay's output is read ahead of the extraction (as the request's is, archive-extract.ts). */
-const READ_AHEAD_BYTES = 1024 * 1024;
 
 /** An archive body read through the relay; `close` ends the relay and gives the request back. */
 export interface RelayedArchive extends ArchiveBody {
