@@ -14,11 +14,11 @@ import { runInNewContext } from 'node:vm';
  *   regular full collection (15–25 ms), which bounds the garbage a burst can
  *   pile up. Its memory comes back later, when V8 has swept concurrently and
  *   its memory reducer runs ~8 s on, so what it gave back is not measured.
- * - after load, when RSS is still GROWTH_BYTES above the lowest level it
- *   has been at: V8's memory-reducing collection (several
- *   mark-compacts with compaction and its page pool released, 35–60 ms), which
- *   gives the memory back before it returns. A regular one here left the RSS
- *   where it was for 5–15 s and counted as not helping (CI timed out on it).
+ * - after load, when RSS is still GROWTH_BYTES above the lowest level it has
+ *   been at: V8's memory-reducing collection (several mark-compacts, with
+ *   compaction and its page pool released; 35–60 ms), which gives the memory
+ *   back before it returns. A regular one here left the RSS where it was for
+ *   5–15 s and counted as not helping (CI timed out on it).
  * One of the second kind that gave back little doubles the wait before the
  * next one, up to MAX_WAIT_MS, so an idle envd whose RSS cannot fall further
  * (allocator fragmentation) does not collect every few seconds; load resets it.
