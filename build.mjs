@@ -44,6 +44,7 @@ await build({
     loadOnFirstUse(['http2', 'https', 'crypto', 'readline', 'dns', 'child_process']),
     leaveOut(['light-my-request', '@fastify/ajv-compiler']),
     loadPackagesOnFirstUse(['semver', '@fastify/fast-json-stringify-compiler', 'ajv']),
+    sseWithoutFetch(),
   ],
 });
 
@@ -314,4 +315,25 @@ function bundleRuntimeLibraries(binary) {
 
 function run(file, args) {
   execFileSync(file, args, { stdio: ['ignore', 'ignore', 'pipe'] });
+}
+
+/**
+ * better-sse with src/sse-fetch-stand-ins.ts in place of the Fetch globals it
+ * touches (that file says why): declared at the top of its module, they
+ * shadow the globals for its code alone. Its ESM build is the one bundled
+ * (envd imports it); the CommonJS one is covered in case that changes.
+ */
+function sseWithoutFetch() {
+  const standIns = new URL('./src/sse-fetch-stand-ins.ts', import.meta.url).pathname;
+  return {
+    name: 'sse-without-fetch',
+    setup(build) {
+      build.onLoad({ filter: /[\\/]better-sse[\\/]build[\\/]index\.(cjs|mjs)$/ }, ({ path }) => {
+        const declare = path.endsWith('.mjs')
+          ? `import { Request, Response, Headers } from ${JSON.stringify(standIns)};`
+          : `const { Request, Response, Headers } = require(${JSON.stringify(standIns)});`;
+        return { loader: 'js', contents: `${declare}\n${readFileSync(path, 'utf8')}` };
+      });
+    },
+  };
 }

@@ -1,10 +1,11 @@
 import { spawnSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { copyFileSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { copyFileSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { startEnvdExecutable, startEnvdProcess, type EnvdProcess } from './helpers/proc.js';
+import { collectEvents, readEvents } from './helpers/sse.js';
 
 const bundle = join(process.cwd(), 'dist/envd.js');
 const empty = mkdtempSync(join(tmpdir(), 'envd-empty-'));
@@ -91,6 +92,45 @@ describe('the envd executable', () => {
       expect(await ran.json()).toEqual({ stdout: 'first-use\n', stderr: '', exit_code: 0, reason: 'exited' });
     } finally {
       await envd.stop('SIGTERM');
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  // better-sse builds a Fetch Request and Response for every session; build.mjs gives it light
+  // stand-ins, so a stream never loads Node's fetch implementation (undici: ~80 ms and ~17 MiB).
+  it('streams a command and a watch without loading Node\'s fetch implementation', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'envd-sse-'));
+    const preload = join(dir, 'report-modules.cjs');
+    const report = join(dir, 'modules.json');
+    writeFileSync(preload, `process.on('exit', () => require('node:fs').writeFileSync(${JSON.stringify(report)}, JSON.stringify(process.moduleLoadList)));\n`);
+    const watched = join(dir, 'watched');
+    mkdirSync(watched);
+    const envd = await startEnvdProcess([], { ENVD_ACCESS_TOKEN: 'tok', NODE_OPTIONS: `--require ${preload}` });
+    const headers = { authorization: 'Bearer tok', 'content-type': 'application/json' };
+    try {
+      const stream = await fetch(`${envd.url}/commands/stream`, { method: 'POST', headers, body: JSON.stringify({ cmd: 'echo streamed' }) });
+      expect(stream.headers.get('content-type')).toMatch(/^text\/event-stream/);
+      expect(stream.headers.get('x-accel-buffering')).toBe('no');
+      expect(stream.headers.get('cache-control')).toContain('no-cache');
+      const events = await collectEvents(stream);
+      expect(events.map((event) => event.event)).toEqual(['start', 'stdout', 'exit']);
+
+      const watch = await fetch(`${envd.url}/files/watch`, { method: 'POST', headers, body: JSON.stringify({ path: watched }) });
+      expect(watch.headers.get('content-type')).toMatch(/^text\/event-stream/);
+      const reader = readEvents(watch);
+      expect((await reader.next()).value).toMatchObject({ event: 'ready' });
+      writeFileSync(join(watched, 'new-file'), 'x');
+      expect((await reader.next()).value).toEqual({ event: 'change', data: { type: 'create', path: join(watched, 'new-file') } });
+      // Leaving the loop cancels the body: the client disconnects.
+      await reader.return(undefined);
+    } finally {
+      await envd.stop('SIGTERM');
+    }
+    try {
+      const modules: string[] = JSON.parse(readFileSync(report, 'utf8'));
+      expect(modules.length).toBeGreaterThan(10);
+      expect(modules.filter((name) => name.includes('undici'))).toEqual([]);
+    } finally {
       rmSync(dir, { recursive: true, force: true });
     }
   });
