@@ -619,8 +619,11 @@ export class TrackedProcess {
         return undefined;
       });
       if (status) this.truncation = status.truncated;
-      end = status ?? { exitCode: -1, signal: 0, logEnd: await this.log.size() };
-      if (!status && !this.timedOut) this.logger.warn({ pid: this.pid }, 'the holder of a command ended without recording its exit: reporting exit code 1');
+      // Forgotten on request (DELETE): envd SIGKILLed the tree and the holder with it, which then
+      // had no time to record the end. That SIGKILL is how the command ended.
+      const forgotten = !status && this.released && this.killedOnRequest;
+      end = status ?? { exitCode: -1, signal: forgotten ? constants.signals.SIGKILL : 0, logEnd: await this.log.size() };
+      if (!status && !this.timedOut && !forgotten) this.logger.warn({ pid: this.pid }, 'the holder of a command ended without recording its exit: reporting exit code 1');
     }
     if (this.finalLogEnd !== undefined) return;
     const offsets = this.resumable ? await this.log.offsets() : undefined;
