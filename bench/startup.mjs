@@ -2,11 +2,10 @@
 // connections are refused), for `node dist/envd.js` and the single executable
 // `dist/envd`, against `node -e` of an empty http server; then each one's idle
 // RSS a second after it answered.
-import { execFileSync } from 'node:child_process';
-import { existsSync, readdirSync } from 'node:fs';
-import { dirname, join } from 'node:path';
+import { existsSync } from 'node:fs';
 import { atMost, makeRow, missingRow, printRow, runIfMain } from './lib/figure.mjs';
-import { anonBytes, ENVD_JS, ENVD_SEA, rssBytes, startEnvd, startServer } from './lib/envd-process.mjs';
+import { anonBytes, ENVD_SEA, rssBytes, startEnvd, startServer } from './lib/envd-process.mjs';
+import { dropFromPageCache, envdFiles } from './lib/page-cache.mjs';
 import { median } from './lib/stats.mjs';
 
 // Issue 29: ratios to bare Node in the same run, and the Bun-based peer's published idle (44.4 MiB).
@@ -18,20 +17,6 @@ const EMPTY_SERVER = "require('http').createServer((q, s) => s.end('ok')).listen
 const SETTLE_MS = 1_000;
 /** Idle RSS is read on this many of the last rounds; the row gives their median. */
 const RSS_ROUNDS = 3;
-
-/**
- * Drops the files' pages from the page cache (sync, then posix_fadvise
- * DONTNEED through dd): a file the build has just written sits there in large
- * folios, and a process mapping it counts whole folios, so a fresh dist/envd
- * read 18 MiB high (78 instead of 60). A guest reads its image from disk, as
- * the starts after this do.
- */
-function dropFromPageCache(files) {
-  for (const file of files.filter((f) => existsSync(f))) {
-    execFileSync('sync', [file]);
-    execFileSync('dd', [`if=${file}`, 'iflag=nocache', 'count=0', 'status=none']);
-  }
-}
 
 /** Starts a server, keeps its time to first 200, and on the last rounds its RSS once settled. */
 async function measure(start, samples, readRss) {
@@ -56,10 +41,7 @@ export async function run({ quick = false } = {}) {
     sea: hasSea ? { ms: [], rss: [], anon: [], start: () => startEnvd({ executable: true }) } : undefined,
     baseline: { ms: [], rss: [], anon: [], start: () => startServer({ args: ['-e', EMPTY_SERVER], usePortFlag: false }) },
   };
-  // dist/envd is the launcher; what it maps is the runtime beside it (src/launcher/launcher.c).
-  const runtime = join(dirname(ENVD_SEA), 'runtime');
-  const runtimeFiles = existsSync(runtime) ? [join(runtime, 'envd-node'), ...readdirSync(join(runtime, 'lib')).map((name) => join(runtime, 'lib', name))] : [];
-  dropFromPageCache([ENVD_SEA, ...runtimeFiles, ENVD_JS, process.execPath]);
+  dropFromPageCache([...envdFiles(), process.execPath]);
   // One warm-up start of each (disk cache), then the sides in turn.
   for (let round = -1; round < rounds; round++) {
     for (const side of Object.values(sides)) {

@@ -3,13 +3,16 @@
 // that RSS is the watch's): time to `ready`, RSS growth while the first client
 // watches, RSS after it left; more clients one after another (their median
 // ready time, and the RSS they leave until V8's next full collection); then
-// 20 clients at once on the tree and on a part of it, sharing. No baseline:
-// the goals are envd's own numbers (issue 13).
+// 20 clients at once on the tree and on a part of it, sharing. Last, the same
+// first watch on a cold envd: the single executable just started from disk,
+// nothing done before the watch (issue 29). No baseline: the goals are envd's
+// own numbers (issue 13).
 import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { atMost, makeRow, missingRow, printRow, runIfMain } from './lib/figure.mjs';
 import { RouteMissing } from './lib/client.mjs';
-import { rssBytes, sampleRss, startEnvd } from './lib/envd-process.mjs';
+import { anonBytes, rssBytes, sampleRss, startEnvd } from './lib/envd-process.mjs';
+import { dropFromPageCache, envdFiles } from './lib/page-cache.mjs';
 import { median } from './lib/stats.mjs';
 import { makeTempDir, removeTempDir } from './lib/temp.mjs';
 import { countInotifyWatches, openWatch } from './lib/watch.mjs';
@@ -80,8 +83,36 @@ async function warmUp(server, root) {
   await watch.close();
 }
 
+/**
+ * The first recursive watch of the whole tree on a cold envd: dist/envd just
+ * started with its files dropped from the page cache, idle for a moment, no
+ * warm-up. Its peak also holds what any first heavy work maps once (V8's
+ * optimising compiler, when something gets hot enough for it), which the
+ * warm figure leaves out. Peak RSS over idle (sampled every 20 ms), and
+ * anonymous memory while watching.
+ */
+async function coldWatch(root) {
+  dropFromPageCache(envdFiles());
+  const server = await startEnvd({ executable: true });
+  try {
+    await sleep(SETTLE_MS);
+    const idle = rssBytes(server.pid);
+    const idleAnon = anonBytes(server.pid);
+    const sampler = sampleRss(server.pid);
+    const watch = await openWatch(server, root, () => {}, { recursive: true });
+    await sleep(SETTLE_MS);
+    const peak = Math.max(sampler.stop(), rssBytes(server.pid));
+    const anon = anonBytes(server.pid);
+    await watch.close();
+    return { growth: peak - idle, anonGrowth: anon - idleAnon, idle };
+  } finally {
+    await server.stop();
+  }
+}
+
 export async function run({ quick = false } = {}) {
   const rounds = quick ? 2 : 5;
+  const coldRounds = quick ? 1 : 3;
   const root = makeTempDir('watch-tree');
   const server = await startEnvd();
   try {
@@ -109,6 +140,8 @@ export async function run({ quick = false } = {}) {
     }
     await sleep(SETTLE_MS);
     const sharedAfter = rssBytes(server.pid);
+    const cold = [];
+    for (let round = 0; round < coldRounds; round++) cold.push(await coldWatch(root));
 
     const tree = `${TREE_DIRECTORIES.toLocaleString('en')} directories, ${TREE_FILES.toLocaleString('en')} files`;
     const mib = (bytes) => `${(bytes / MIB).toFixed(1)} MiB`;
@@ -117,6 +150,7 @@ export async function run({ quick = false } = {}) {
       makeRow({ name: `${NAME}: RSS growth`, unit: 'MiB', envd: (Math.max(first.peak, first.running) - idle) / MIB, goal: GROWTH_GOAL, note: `first client of the whole tree (after one of a package, see warmUp): idle ${mib(idle)}, peak ${mib(first.peak)}, ${SETTLE_MS / 1000} s after ready ${mib(first.running)}` }),
       makeRow({ name: `${NAME}: RSS after close`, unit: 'MiB', envd: (afterFirst - idle) / MIB, goal: AFTER_GOAL, note: `${mib(afterFirst)} ${SETTLE_MS / 1000} s after the first client left (idle ${mib(idle)})` }),
       makeRow({ name: `${NAME}: RSS after ${rounds} clients`, unit: 'MiB', envd: (afterAll - idle) / MIB, note: `${rounds} clients one after another; the closed watches' handles stay until V8's next full collection` }),
+      makeRow({ name: `${NAME}: RSS growth, cold envd`, unit: 'MiB', envd: median(cold.map((c) => c.growth)) / MIB, goal: GROWTH_GOAL, note: `dist/envd started from disk, the watch its first work; median of ${coldRounds} (${cold.map((c) => (c.growth / MIB).toFixed(1)).join(', ')} MiB over idle ${mib(cold[0].idle)}; anonymous +${cold.map((c) => (c.anonGrowth / MIB).toFixed(1)).join(', ')} MiB)` }),
       makeRow({ name: `${NAME}: ${CLIENTS} clients, RSS growth`, unit: 'MiB', envd: (shared.rss - idle) / MIB, note: `${CLIENTS} recursive clients at once on the tree and on one package of it: ${shared.watches} inotify watches for ${TREE_DIRECTORIES + 1} directories; ${mib(sharedAfter)} after they left` }),
     ];
     rows.forEach(printRow);
