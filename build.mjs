@@ -9,7 +9,7 @@
 import { build } from 'esbuild';
 import { execFileSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { chmodSync, copyFileSync, existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, copyFileSync, existsSync, mkdirSync, readdirSync, readFileSync, realpathSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { dirname } from 'node:path';
 
@@ -18,6 +18,7 @@ if (major < 24) throw new Error(`build.mjs must run under Node 24 (npm scripts u
 
 mkdirSync('dist', { recursive: true });
 const holderHash = buildHolder();
+const mallocTrimHash = buildMallocTrimAddon();
 
 const bundleOptions = {
   bundle: true,
@@ -38,7 +39,11 @@ await build({
   entryPoints: ['src/main.ts'],
   outfile: 'dist/envd.js',
   minify: true,
-  define: { ENVD_OPENAPI_JSON: JSON.stringify(await generateOpenApiJson()), ENVD_HOLDER_HASH: JSON.stringify(holderHash.slice(0, 12)) },
+  define: {
+    ENVD_OPENAPI_JSON: JSON.stringify(await generateOpenApiJson()),
+    ENVD_HOLDER_HASH: JSON.stringify(holderHash.slice(0, 12)),
+    ENVD_MALLOC_TRIM_HASH: JSON.stringify(mallocTrimHash.slice(0, 12)),
+  },
   // node:crypto: needed from the first command or upload on (ids, temp names), not to start or to answer /health.
   plugins: [
     loadOnFirstUse(['http2', 'https', 'crypto', 'readline', 'dns', 'child_process']),
@@ -197,6 +202,7 @@ function buildSingleExecutable() {
     .update(readFileSync('dist/envd.js'))
     .update(JSON.stringify(nodeFlags))
     .update(holderHash)
+    .update(mallocTrimHash)
     .update(process.execPath)
     .update(process.version)
     .digest('hex');
@@ -213,8 +219,9 @@ function buildSingleExecutable() {
       disableExperimentalSEAWarning: true,
       useCodeCache: true,
       execArgv: nodeFlags,
-      // src/holder/binary.ts writes it out to the state dir at startup.
-      assets: { 'envd-holder': 'dist/envd-holder' },
+      // src/holder/binary.ts writes the holder out to the state dir at startup, src/native/malloc-trim.ts
+      // the addon on its first use.
+      assets: { 'envd-holder': 'dist/envd-holder', 'envd-malloc-trim.node': 'dist/envd-malloc-trim.node' },
     }),
   );
   run(process.execPath, ['--experimental-sea-config', 'dist/sea-config.json']);
@@ -252,6 +259,42 @@ function buildSingleExecutable() {
  * and ignores the LD_PRELOAD a command's environment (which it runs in) may set. Returns the
  * sha256 of the binary, an input of the single executable.
  */
+/**
+ * dist/envd-malloc-trim.node: the Node-API addon of src/native/malloc-trim.c, a
+ * shared object for the Node that builds (its headers ship with it, under
+ * include/node). Returns its sha256. Skipped when neither the source nor the
+ * headers changed.
+ */
+function buildMallocTrimAddon() {
+  const source = 'src/native/malloc-trim.c';
+  const output = 'dist/envd-malloc-trim.node';
+  const headers = nodeApiHeaders();
+  const flags = ['-std=c11', '-O2', '-Wall', '-Wextra', '-Werror', '-s', '-shared', '-fPIC', `-I${headers}`];
+  const inputs = createHash('sha256').update(JSON.stringify(flags)).update(readFileSync(source)).update(readFileSync(`${headers}/node_api.h`)).digest('hex');
+  const stampFile = `${output}.inputs`;
+  if (!(existsSync(output) && existsSync(stampFile) && readFileSync(stampFile, 'utf8') === inputs)) {
+    run('cc', [...flags, '-o', `${output}.partial`, source]);
+    renameSync(`${output}.partial`, output);
+    writeFileSync(stampFile, inputs);
+  }
+  return createHash('sha256').update(readFileSync(output)).digest('hex');
+}
+
+/** include/node of the Node that builds: beside its binary, or in the npm \`node\` package's platform package. */
+function nodeApiHeaders() {
+  const candidates = [`${dirname(dirname(realpathSync(process.execPath)))}/include/node`];
+  try {
+    const nodePackage = createRequire(import.meta.url).resolve('node/package.json');
+    const platformPackage = createRequire(nodePackage).resolve(`node-${process.platform}-${process.arch}/package.json`);
+    candidates.push(`${dirname(platformPackage)}/include/node`);
+  } catch {
+    // Not the npm \`node\` package: only the first place applies.
+  }
+  const found = candidates.find((dir) => existsSync(`${dir}/node_api.h`));
+  if (!found) throw new Error(`build.mjs: no Node-API headers (node_api.h) in ${candidates.join(' or ')}`);
+  return found;
+}
+
 function buildHolder() {
   const output = buildStaticProgram('src/holder', 'dist/envd-holder');
   return createHash('sha256').update(readFileSync(output)).digest('hex');

@@ -37,11 +37,12 @@ async function main(): Promise<void> {
   delete process.env.ENVD_ACCESS_TOKEN;
 
   // Loaded here, not at the top: the client verbs must not pay for fastify and pino.
-  const [{ buildApp }, { prebuiltOpenApi }, { createLogger }, { startMemoryReclaim }, { paceCollectorForTransfers }, { startEntrypoint }, { warnIfStateDirNotTmpfs }] = await Promise.all([
+  const [{ buildApp }, { prebuiltOpenApi }, { createLogger }, { startMemoryReclaim }, { mallocTrimmer }, { paceCollectorForTransfers }, { startEntrypoint }, { warnIfStateDirNotTmpfs }] = await Promise.all([
     import('./app.js'),
     import('./lifecycle/openapi-source.js'),
     import('./logger.js'),
     import('./memory-reclaim.js'),
+    import('./native/malloc-trim.js'),
     import('./gc-pacing.js'),
     import('./commands/entrypoint.js'),
     import('./lifecycle/state-dir-check.js'),
@@ -79,7 +80,7 @@ async function main(): Promise<void> {
     logger.fatal({ err: error }, 'cannot listen');
     process.exit(1);
   }
-  startMemoryReclaim();
+  startMemoryReclaim(mallocTrimmer(config.stateDir, logger));
   paceCollectorForTransfers();
   warnIfStateDirNotTmpfs(config.stateDir, logger);
   if (config.entrypointFile) await startEntrypoint(config.entrypointFile, config.stateDir, app.envd.state, app.envd.processes, logger.child({ feature: 'entrypoint' }));

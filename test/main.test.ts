@@ -4,7 +4,7 @@ import { copyFileSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSy
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { startEnvdExecutable, startEnvdProcess, type EnvdProcess } from './helpers/proc.js';
+import { startEnvdExecutable, startEnvdProcess, waitFor, type EnvdProcess } from './helpers/proc.js';
 import { collectEvents, readEvents } from './helpers/sse.js';
 
 const bundle = join(process.cwd(), 'dist/envd.js');
@@ -39,13 +39,17 @@ describe('the envd executable', () => {
     const copy = join(empty, 'envd.js');
     copyFileSync(bundle, copy);
     copyFileSync(join(dirname(bundle), 'envd-holder'), join(empty, 'envd-holder'));
+    copyFileSync(join(dirname(bundle), 'envd-malloc-trim.node'), join(empty, 'envd-malloc-trim.node'));
     const envd = await startEnvdProcess([], { ENVD_ACCESS_TOKEN: 'tok' }, empty, copy);
     const health = await fetch(`${envd.url}/health`);
     expect(health.status).toBe(200);
     const ran = await fetch(`${envd.url}/commands`, { method: 'POST', headers: { authorization: 'Bearer tok', 'content-type': 'application/json' }, body: JSON.stringify({ cmd: 'echo from-the-copy', user: 'root' }) });
     expect((await ran.json()).stdout).toBe('from-the-copy\n');
+    // Start-up's collection (250 ms after listening) loaded the addon beside the bundle.
+    await waitFor(() => readFileSync(`/proc/${envd.child.pid}/maps`, 'utf8').includes(join(empty, 'envd-malloc-trim.node')));
     expect(await envd.stop('SIGTERM')).toBe(0);
     expect(envd.lines.every((line) => !line.includes('tok"'))).toBe(true);
+    expect(envd.lines.filter((line) => line.includes('malloc_trim'))).toEqual([]);
   });
 
   it('the single executable writes its holder as <state-dir>/bin/envd-holder-<sha256 prefix> and runs commands with it', async () => {
@@ -58,6 +62,11 @@ describe('the envd executable', () => {
       expect(readFileSync(written).equals(holder)).toBe(true);
       const run = await fetch(`${envd.url}/commands`, { method: 'POST', headers: { authorization: 'Bearer tok', 'content-type': 'application/json' }, body: JSON.stringify({ cmd: 'echo hi' }) });
       expect(await run.json()).toMatchObject({ stdout: 'hi\n', exit_code: 0, reason: 'exited' });
+      // The malloc_trim addon, written out the same way by start-up's collection and loaded from there.
+      const addon = readFileSync('dist/envd-malloc-trim.node');
+      const addonWritten = join(dirs, 'state', 'bin', `envd-malloc-trim-${createHash('sha256').update(addon).digest('hex').slice(0, 12)}.node`);
+      await waitFor(() => readFileSync(`/proc/${envd.child.pid}/maps`, 'utf8').includes(addonWritten));
+      expect(readFileSync(addonWritten).equals(addon)).toBe(true);
     } finally {
       await envd.stop('SIGTERM');
       rmSync(dirs, { recursive: true, force: true });

@@ -25,7 +25,7 @@ export function holderBinaryPath(stateDir: string): string {
   if (isSea()) {
     const hash = typeof ENVD_HOLDER_HASH === 'string' ? ENVD_HOLDER_HASH : undefined;
     // A restart of the same build finds it written: no copy of the 700 KB asset then.
-    const written = hash && holderAssetPath(stateDir, hash);
+    const written = hash && stateBinaryPath(stateDir, `envd-holder-${hash}`);
     if (written && existsSync(written)) return written;
     return writeHolderAsset(stateDir, new Uint8Array(getAsset(ASSET)), hash);
   }
@@ -39,12 +39,20 @@ export function holderBinaryPath(stateDir: string): string {
 /**
  * Writes the holder binary to `<stateDir>/bin/envd-holder-<first 12 hex of its
  * sha256>` unless that file is already there (a restarted envd of the same
- * build reuses it; holders still running from it keep it busy anyway). Temp +
- * rename, so a crash mid-write never leaves a truncated executable under the
- * final name.
+ * build reuses it; holders still running from it keep it busy anyway).
  */
 export function writeHolderAsset(stateDir: string, bytes: Uint8Array, hash = createHash('sha256').update(bytes).digest('hex').slice(0, 12)): string {
-  const path = holderAssetPath(stateDir, hash);
+  return writeStateBinary(stateDir, `envd-holder-${hash}`, bytes);
+}
+
+/**
+ * Writes one of the executable's assets to `<stateDir>/bin/<name>` (mode 0700)
+ * unless it is there already. Temp + rename, so a crash mid-write never leaves
+ * a truncated file under the final name. The name carries the content's hash,
+ * so an upgraded envd never uses an old one.
+ */
+export function writeStateBinary(stateDir: string, name: string, bytes: Uint8Array): string {
+  const path = stateBinaryPath(stateDir, name);
   const dir = dirname(path);
   if (existsSync(path)) return path;
   mkdirSync(dir, { recursive: true, mode: 0o700 });
@@ -60,6 +68,6 @@ export function writeHolderAsset(stateDir: string, bytes: Uint8Array, hash = cre
   return path;
 }
 
-function holderAssetPath(stateDir: string, hash: string): string {
-  return join(stateDir, 'bin', `envd-holder-${hash}`);
+export function stateBinaryPath(stateDir: string, name: string): string {
+  return join(stateDir, 'bin', name);
 }

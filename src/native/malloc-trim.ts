@@ -1,0 +1,56 @@
+import { existsSync } from 'node:fs';
+import { dirname, join } from 'node:path';
+import { getAsset, isSea } from 'node:sea';
+import { stateBinaryPath, writeStateBinary } from '../holder/binary.js';
+import type { Logger } from '../logger.js';
+
+/** The first 12 hex of the addon's sha256, computed by build.mjs (esbuild `define`). Undefined when running from sources. */
+declare const ENVD_MALLOC_TRIM_HASH: string | undefined;
+
+/** The SEA asset's name, and the addon's file name beside the bundle (build.mjs builds dist/envd-malloc-trim.node). */
+const ADDON = 'envd-malloc-trim.node';
+
+/**
+ * A function that gives glibc's free memory back to the kernel: malloc_trim(0)
+ * through src/native/malloc-trim.c. The addon is loaded on the first call (the
+ * single executable writes it out to `<stateDir>/bin` first, as it does the
+ * holder). Where it cannot be loaded (a bundle copied without it, a Node built
+ * on another C library) that first call logs why, and every call does nothing:
+ * trimming only gives memory back sooner than its reuse would. `addon` says
+ * where the addon is (tests); by default it is found as described.
+ */
+export function mallocTrimmer(stateDir: string, log: Logger, addon = (): string => addonPath(stateDir)): () => void {
+  let trim: (() => boolean) | undefined;
+  let unavailable = false;
+  return () => {
+    if (unavailable) return;
+    try {
+      trim ??= loadAddon(addon());
+      trim();
+    } catch (error) {
+      unavailable = true;
+      log.warn({ err: error }, "cannot give malloc's free memory back (malloc_trim): it stays until envd reuses it");
+    }
+  };
+}
+
+function loadAddon(path: string): () => boolean {
+  const addon = { exports: {} as { trim?: () => boolean } };
+  process.dlopen(addon, path);
+  const trim = addon.exports.trim;
+  if (typeof trim !== 'function') throw new Error(`${ADDON} has no trim()`);
+  return trim;
+}
+
+function addonPath(stateDir: string): string {
+  if (isSea()) {
+    const name = `envd-malloc-trim-${typeof ENVD_MALLOC_TRIM_HASH === 'string' ? ENVD_MALLOC_TRIM_HASH : 'unhashed'}.node`;
+    const written = stateBinaryPath(stateDir, name);
+    return existsSync(written) ? written : writeStateBinary(stateDir, name, new Uint8Array(getAsset(ADDON)));
+  }
+  const candidates = [join(dirname(process.argv[1] ?? ''), ADDON)];
+  if (process.env.VITEST) candidates.push(join(process.cwd(), 'dist', ADDON));
+  const found = candidates.find((path) => existsSync(path));
+  if (!found) throw new Error(`${ADDON} not found (looked at ${candidates.join(', ')}): run npm run build`);
+  return found;
+}
