@@ -27,16 +27,6 @@ const TICK_MS = 2_000;
 const GROWTH_BYTES = 4 * 1024 * 1024;
 const FIRST_WAIT_MS = 4_000;
 const MAX_WAIT_MS = 5 * 60_000;
-/**
- * Start-up is envd's first load: the garbage of evaluating the bundle and
- * compiling the routes, and the bytecode of what ran only then, go in one
- * memory-reducing collection this long after envd listens (23–29 ms, once;
- * idle anonymous memory 16.8 → 13.0 MiB, `node bench/startup.mjs`). Its
- * result is also the ticks' first floor.
- */
-const AFTER_START_MS = 250;
-/** V8's default --bytecode-old-age (`node --v8-options`), put back after start-up's collection. */
-const BYTECODE_OLD_AGE = 6;
 /** Less than this given back counts as a collection that did not help. */
 const HELPED_BYTES = 1024 * 1024;
 
@@ -91,7 +81,7 @@ function loadGc(): Gc {
 }
 
 /**
- * Starts the ticks and start-up's collection; neither keeps envd alive. Returns a function that stops them.
+ * Starts the ticks; they never keep envd alive. Returns a function that stops them.
  * `trimMalloc` runs after each memory-reducing collection: what V8 freed outside its heap (socket and
  * file buffers, its helper threads' work) is free memory inside glibc's arenas, which free() returns only
  * from an arena's top (src/native/malloc-trim.ts).
@@ -99,30 +89,16 @@ function loadGc(): Gc {
 export function startMemoryReclaim(trimMalloc: () => void = () => {}): () => void {
   const policy = new ReclaimPolicy();
   let gc: Gc | undefined;
-  const collect = (kind: Collection) => {
+  const timer = setInterval(() => {
     const before = process.memoryUsage.rss();
+    const kind = policy.shouldCollect({ rss: before, now: Date.now() });
+    if (!kind) return;
     gc ??= loadGc();
     // 'last-resort' is V8's name for the collection it runs before giving up on an allocation: memory-reducing.
     gc({ type: 'major', execution: 'sync', flavor: kind === 'after-load' ? 'last-resort' : 'regular' });
     if (kind === 'after-load') trimMalloc();
     policy.collected({ kind, before, after: process.memoryUsage.rss(), now: Date.now() });
-  };
-  const timer = setInterval(() => {
-    const kind = policy.shouldCollect({ rss: process.memoryUsage.rss(), now: Date.now() });
-    if (kind) collect(kind);
   }, TICK_MS);
-  const afterStart = setTimeout(() => {
-    // Most of start-up's code never runs again (registering the routes, compiling their schemas). V8 drops
-    // bytecode that has not run for BYTECODE_OLD_AGE major collections, which an idle envd never reaches:
-    // for this one collection, one is enough.
-    setFlagsFromString('--bytecode-old-age=1');
-    collect('after-load');
-    setFlagsFromString(`--bytecode-old-age=${BYTECODE_OLD_AGE}`);
-  }, AFTER_START_MS);
   timer.unref();
-  afterStart.unref();
-  return () => {
-    clearInterval(timer);
-    clearTimeout(afterStart);
-  };
+  return () => clearInterval(timer);
 }

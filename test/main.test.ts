@@ -45,7 +45,7 @@ describe('the envd executable', () => {
     expect(health.status).toBe(200);
     const ran = await fetch(`${envd.url}/commands`, { method: 'POST', headers: { authorization: 'Bearer tok', 'content-type': 'application/json' }, body: JSON.stringify({ cmd: 'echo from-the-copy', user: 'root' }) });
     expect((await ran.json()).stdout).toBe('from-the-copy\n');
-    // Start-up's collection (250 ms after listening) loaded the addon beside the bundle.
+    // The malloc_trim addon beside the bundle, loaded at start.
     await waitFor(() => readFileSync(`/proc/${envd.child.pid}/maps`, 'utf8').includes(join(empty, 'envd-malloc-trim.node')));
     expect(await envd.stop('SIGTERM')).toBe(0);
     expect(envd.lines.every((line) => !line.includes('tok"'))).toBe(true);
@@ -62,7 +62,7 @@ describe('the envd executable', () => {
       expect(readFileSync(written).equals(holder)).toBe(true);
       const run = await fetch(`${envd.url}/commands`, { method: 'POST', headers: { authorization: 'Bearer tok', 'content-type': 'application/json' }, body: JSON.stringify({ cmd: 'echo hi' }) });
       expect(await run.json()).toMatchObject({ stdout: 'hi\n', exit_code: 0, reason: 'exited' });
-      // The malloc_trim addon, written out the same way by start-up's collection and loaded from there.
+      // The malloc_trim addon, written out the same way at start and loaded from there.
       const addon = readFileSync('dist/envd-malloc-trim.node');
       const addonWritten = join(dirs, 'state', 'bin', `envd-malloc-trim-${createHash('sha256').update(addon).digest('hex').slice(0, 12)}.node`);
       await waitFor(() => readFileSync(`/proc/${envd.child.pid}/maps`, 'utf8').includes(addonWritten));

@@ -10,13 +10,6 @@ describe('ReclaimPolicy', () => {
     for (let t = 2_000; t < 600_000; t += 2_000) expect(policy.shouldCollect({ rss: 60 * MIB + 3 * MIB, now: t })).toBeUndefined();
   });
 
-  it('takes a collection before the first tick (start-up\'s) as the floor to come back to', () => {
-    const policy = new ReclaimPolicy();
-    policy.collected({ kind: 'after-load', before: 64 * MIB, after: 60 * MIB, now: 250 });
-    expect(policy.shouldCollect({ rss: 63 * MIB, now: 2_000 })).toBeUndefined();
-    expect(policy.shouldCollect({ rss: 64 * MIB, now: 4_000 })).toBe('during-load');
-  });
-
   it('collects during load as soon as RSS grew 4 MiB since the last collection, even at once', () => {
     const policy = new ReclaimPolicy();
     policy.shouldCollect({ rss: 60 * MIB, now: 0 });

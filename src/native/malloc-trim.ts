@@ -12,26 +12,22 @@ const ADDON = 'envd-malloc-trim.node';
 
 /**
  * A function that gives glibc's free memory back to the kernel: malloc_trim(0)
- * through src/native/malloc-trim.c. The addon is loaded on the first call (the
+ * through src/native/malloc-trim.c. The addon is loaded here, at start (the
  * single executable writes it out to `<stateDir>/bin` first, as it does the
- * holder). Where it cannot be loaded (a bundle copied without it, a Node built
- * on another C library) that first call logs why, and every call does nothing:
- * trimming only gives memory back sooner than its reuse would. `addon` says
- * where the addon is (tests); by default it is found as described.
+ * holder), so a problem shows in the first lines of the log. Where it cannot be
+ * loaded (a bundle copied without it, a Node built on another C library) envd
+ * says so once and the function does nothing: trimming only gives memory back
+ * sooner than its reuse would. `addon` says where the addon is (tests); by
+ * default it is found as described.
  */
 export function mallocTrimmer(stateDir: string, log: Logger, addon = (): string => addonPath(stateDir)): () => void {
-  let trim: (() => boolean) | undefined;
-  let unavailable = false;
-  return () => {
-    if (unavailable) return;
-    try {
-      trim ??= loadAddon(addon());
-      trim();
-    } catch (error) {
-      unavailable = true;
-      log.warn({ err: error }, "cannot give malloc's free memory back (malloc_trim): it stays until envd reuses it");
-    }
-  };
+  try {
+    const trim = loadAddon(addon());
+    return () => void trim();
+  } catch (error) {
+    log.warn({ err: error }, "cannot give malloc's free memory back (malloc_trim): it stays until envd reuses it");
+    return () => {};
+  }
 }
 
 function loadAddon(path: string): () => boolean {

@@ -5,9 +5,9 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { createLogger } from '../../src/logger.js';
 import { mallocTrimmer } from '../../src/native/malloc-trim.js';
 
-// The trimmer loads the addon npm run build made (dist/envd-malloc-trim.node) on
-// its first call and runs glibc's malloc_trim; without the addon it says so once
-// in the log and does nothing, so envd runs on.
+// The trimmer loads the addon npm run build made (dist/envd-malloc-trim.node)
+// when it is made, and runs glibc's malloc_trim; without the addon it says so
+// once in the log and does nothing, so envd runs on.
 
 function capturingLogger() {
   const lines: Array<{ level: number; msg: string }> = [];
@@ -22,20 +22,19 @@ afterEach(() => {
 });
 
 describe('mallocTrimmer', () => {
-  it('loads the built addon on its first call and trims without a word', () => {
+  it('loads the built addon when made and trims without a word', () => {
     stateDir = mkdtempSync(join(tmpdir(), 'envd-trim-'));
     const { logger, lines } = capturingLogger();
-    const trim = mallocTrimmer(stateDir, logger);
     const loaded = () => readFileSync('/proc/self/maps', 'utf8').includes('envd-malloc-trim.node');
-    const before = loaded();
+    expect(loaded()).toBe(false);
+    const trim = mallocTrimmer(stateDir, logger);
+    expect(loaded()).toBe(true);
     trim();
     trim();
     expect(lines).toEqual([]);
-    expect(before).toBe(false);
-    expect(loaded()).toBe(true);
   });
 
-  it('says once that it cannot trim when the addon is missing, and does nothing after', () => {
+  it('says once that it cannot trim when the addon is missing, and its calls do nothing', () => {
     stateDir = mkdtempSync(join(tmpdir(), 'envd-trim-'));
     const { logger, lines } = capturingLogger();
     const trim = mallocTrimmer(stateDir, logger, () => join(stateDir!, 'no-such-addon.node'));
