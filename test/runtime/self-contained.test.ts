@@ -6,7 +6,7 @@
 // an LD_PRELOAD and LD_LIBRARY_PATH that would break a normal Node. Commands
 // envd starts see the image's own environment, none of envd's runtime.
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
-import { copyFileSync, existsSync, linkSync, mkdirSync, mkdtempSync, readdirSync, rmSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
+import { copyFileSync, existsSync, linkSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -127,6 +127,8 @@ describe('the self-contained runtime', () => {
       expect(result.stdout).toContain('maps: 0');
       expect(result.stdout).not.toMatch(/^LD_/m);
       expect(result.stdout).not.toContain('/opt/envd');
+      // The malloc_trim addon, written to the state dir and loaded against the runtime's own libc.
+      expect(readFileSync(`/proc/${envd.child.pid}/maps`, 'utf8')).toMatch(/envd-state\/bin\/envd-malloc-trim-[0-9a-f]{12}\.node/);
     } finally {
       await envd.stop();
     }
@@ -141,6 +143,7 @@ describe('the self-contained runtime', () => {
     const envd = await startEnvd(root, { LD_LIBRARY_PATH: '/lib/x86_64-linux-gnu' });
     try {
       expect((await run(envd.port, 'echo works')).stdout).toBe('works\n');
+      expect(readFileSync(`/proc/${envd.child.pid}/maps`, 'utf8')).toMatch(/envd-malloc-trim-[0-9a-f]{12}\.node/);
     } finally {
       await envd.stop();
     }
