@@ -363,20 +363,18 @@ function run(file, args) {
 /**
  * better-sse with src/sse-fetch-stand-ins.ts in place of the Fetch globals it
  * touches (that file says why): declared at the top of its module, they
- * shadow the globals for its code alone. Its ESM build is the one bundled
- * (envd imports it); the CommonJS one is covered in case that changes.
+ * shadow the globals for its code alone. envd imports it, so its ESM build is
+ * the one bundled (test/main.test.ts fails if a stream loads undici).
  */
 function sseWithoutFetch() {
   const standIns = new URL('./src/sse-fetch-stand-ins.ts', import.meta.url).pathname;
   return {
     name: 'sse-without-fetch',
     setup(build) {
-      build.onLoad({ filter: /[\\/]better-sse[\\/]build[\\/]index\.(cjs|mjs)$/ }, ({ path }) => {
-        const declare = path.endsWith('.mjs')
-          ? `import { Request, Response, Headers } from ${JSON.stringify(standIns)};`
-          : `const { Request, Response, Headers } = require(${JSON.stringify(standIns)});`;
-        return { loader: 'js', contents: `${declare}\n${readFileSync(path, 'utf8')}` };
-      });
+      build.onLoad({ filter: /[\\/]better-sse[\\/]build[\\/]index\.mjs$/ }, ({ path }) => ({
+        loader: 'js',
+        contents: `import { Request, Response, Headers } from ${JSON.stringify(standIns)};\n${readFileSync(path, 'utf8')}`,
+      }));
     },
   };
 }

@@ -29,10 +29,19 @@ export function holderBinaryPath(stateDir: string): string {
     if (written && existsSync(written)) return written;
     return writeHolderAsset(stateDir, new Uint8Array(getAsset(ASSET)), hash);
   }
-  const candidates = [join(dirname(process.argv[1] ?? ''), 'envd-holder')];
-  if (process.env.VITEST) candidates.push(join(process.cwd(), 'dist', 'envd-holder'));
+  return besideTheBundle('envd-holder');
+}
+
+/**
+ * A file build.mjs puts in dist/ beside envd.js, for `node dist/envd.js` (the
+ * single executable carries its own as assets): next to the running bundle,
+ * or, for tests running from sources (vitest), in cwd's dist/.
+ */
+export function besideTheBundle(name: string): string {
+  const candidates = [join(dirname(process.argv[1] ?? ''), name)];
+  if (process.env.VITEST) candidates.push(join(process.cwd(), 'dist', name));
   const found = candidates.find((path) => existsSync(path));
-  if (!found) throw new Error(`envd-holder not found (looked at ${candidates.join(', ')}): run npm run build`);
+  if (!found) throw new Error(`${name} not found (looked at ${candidates.join(', ')}): run npm run build`);
   return found;
 }
 

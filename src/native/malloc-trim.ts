@@ -1,7 +1,6 @@
 import { existsSync } from 'node:fs';
-import { dirname, join } from 'node:path';
 import { getAsset, isSea } from 'node:sea';
-import { stateBinaryPath, writeStateBinary } from '../holder/binary.js';
+import { besideTheBundle, stateBinaryPath, writeStateBinary } from '../holder/binary.js';
 import type { Logger } from '../logger.js';
 
 /** The first 12 hex of the addon's sha256, computed by build.mjs (esbuild `define`). Undefined when running from sources. */
@@ -44,9 +43,5 @@ function addonPath(stateDir: string): string {
     const written = stateBinaryPath(stateDir, name);
     return existsSync(written) ? written : writeStateBinary(stateDir, name, new Uint8Array(getAsset(ADDON)));
   }
-  const candidates = [join(dirname(process.argv[1] ?? ''), ADDON)];
-  if (process.env.VITEST) candidates.push(join(process.cwd(), 'dist', ADDON));
-  const found = candidates.find((path) => existsSync(path));
-  if (!found) throw new Error(`${ADDON} not found (looked at ${candidates.join(', ')}): run npm run build`);
-  return found;
+  return besideTheBundle(ADDON);
 }
