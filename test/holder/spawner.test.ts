@@ -73,6 +73,9 @@ describe('envd-holder --spawner', () => {
     endAfterTest(shellPid, holder.holderPid);
 
     expect(readlinkSync(`/proc/${holder.holderPid}/cwd`)).toBe(root);
+    // `ready` means the shell leads its own session, which is before its exec: until then /proc shows the holder's
+    // (empty) environment, so the check waits for the exec.
+    await waitFor(() => readFileSync(`/proc/${shellPid}/cmdline`, 'utf8') === 'sleep\u000030\u0000', 5_000, 'the shell to exec sleep');
     // The command runs with the request's environment; the holder shows the spawner's (none: /proc keeps what exec gave).
     expect(readFileSync(`/proc/${shellPid}/environ`, 'utf8').split('\0').filter(Boolean).sort()).toEqual(['MARK=spawned by the spawner', 'PATH=/usr/bin:/bin']);
     expect(readFileSync(`/proc/${holder.holderPid}/environ`, 'utf8')).toBe('');
