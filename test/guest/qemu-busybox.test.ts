@@ -11,7 +11,7 @@ import { readEvents } from '../helpers/sse.js';
 import { createClient, run, waitForHealth, type EnvdClient } from './client.js';
 import { BUSYBOX_IMAGE_FILE } from './paths.js';
 import { createOverlay, resumeIncoming, startQemu, type QemuGuest } from './qemu.js';
-import { checkRestartWitnesses, expectWatchToSee, startRestartWitnesses, waitForRestart } from './scenario.js';
+import { checkRestartWitnesses, envdPid, expectWatchToSee, startRestartWitnesses, waitForRestart } from './scenario.js';
 
 const BOOT_TIMEOUT_MS = 180_000;
 const NETWORK = 'ip=10.0.2.15::10.0.2.2:255.255.255.0:envd-busybox:eth0:off';
@@ -113,8 +113,9 @@ describe('envd in a qemu VM booted from a busybox + musl image, envd-init as PID
 
   it('comes back after kill -9 of envd (envd-init restarts it) and re-adopts printing commands, stdin and a terminal', async () => {
     const witnesses = await startRestartWitnesses(client);
+    const before = await envdPid(client);
     await client.json('POST', '/commands', { cmd: 'sleep 1; kill -9 $(pidof envd)', user: 'root', background: true });
-    const backMs = await waitForRestart(client);
+    const backMs = await waitForRestart(client, before);
     console.log(`busybox: envd back ${backMs} ms after kill -9 (envd-init, 200 ms back-off)`);
     await checkRestartWitnesses(client, witnesses);
   });

@@ -13,7 +13,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createClient, run, waitForHealth, type EnvdClient } from './client.js';
 import { IMAGE_FILE } from './paths.js';
 import { createOverlay, startQemu, type QemuGuest } from './qemu.js';
-import { waitForRestart } from './scenario.js';
+import { envdPid, waitForRestart } from './scenario.js';
 
 const BOOT_TIMEOUT_MS = 240_000;
 /** A second envd in the same guest, with --command-cgroups off: the round trip without a cgroup, measured beside. */
@@ -118,8 +118,9 @@ describe('cgroups per command in a qemu VM (systemd, cgroup v2)', () => {
 
   it('keeps the limits and the reasons across kill -9 of envd (re-adoption finds each cgroup)', async () => {
     const limited = await start({ cmd: 'sleep 3; tail /dev/zero', limits: { memory_bytes: 40 * MIB } });
+    const before = await envdPid(client);
     await client.json('POST', '/commands', { cmd: 'sleep 1; kill -9 $(pidof envd)', user: 'root', background: true });
-    await waitForRestart(client);
+    await waitForRestart(client, before);
     // Still cgroup mode after the restart: envd found its subtree from its unit's cgroup again.
     const after = await metrics();
     expect(after.commands_mode, JSON.stringify(after)).toBe('cgroup');
