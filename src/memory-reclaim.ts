@@ -1,3 +1,4 @@
+import { performance } from 'node:perf_hooks';
 import { setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
 
@@ -19,6 +20,17 @@ import { runInNewContext } from 'node:vm';
  *   compaction and its page pool released; 35–60 ms), which gives the memory
  *   back before it returns. A regular one here left the RSS where it was for
  *   5–15 s and counted as not helping (CI timed out on it).
+ *   "After" is read from the event loop, not from RSS: the loop must have been
+ *   busy less than QUIET_SHARE of each of the last QUIET_TICKS ticks. RSS
+ *   alone cannot tell a plateau under load from the end of it, and every full
+ *   collection costs the code that serves requests: optimized code that
+ *   embeds an object the collection frees (a finished request's closure, a map
+ *   no live object has) is thrown away, 70-110 functions each time under HTTP
+ *   load (--trace-deopt: "embedded weak objects cleared"), and runs slowly
+ *   until V8 optimizes it again. Run in every pause of bursty load, once envd
+ *   had learned its idle floor, it cut GET /health to 0.57-0.63x bare fastify
+ *   (bench/http-floor.mjs, the "after idle" row). Two quiet ticks still leave
+ *   the collection within 6 s of the end of a burst.
  * One of the second kind that gave back little doubles the wait before the
  * next one, up to MAX_WAIT_MS, so an idle envd whose RSS cannot fall further
  * (allocator fragmentation) does not collect every few seconds; load resets it.
@@ -29,11 +41,17 @@ const FIRST_WAIT_MS = 4_000;
 const MAX_WAIT_MS = 5 * 60_000;
 /** Less than this given back counts as a collection that did not help. */
 const HELPED_BYTES = 1024 * 1024;
+/** A tick whose event loop was busy less than this share of the time is quiet. */
+const QUIET_SHARE = 0.1;
+/** Load has ended after this many quiet ticks in a row (a pause in bursty load is shorter). */
+const QUIET_TICKS = 2;
 
 export interface ReclaimStep {
   /** RSS now. */
   rss: number;
   now: number;
+  /** The share of the last tick the event loop was busy (its utilization, 0–1). */
+  busy: number;
 }
 
 export type Collection = 'during-load' | 'after-load';
@@ -44,9 +62,10 @@ export class ReclaimPolicy {
   private lowest = Infinity;
   private lastAt = 0;
   private wait = FIRST_WAIT_MS;
+  private quietTicks = 0;
 
   /** Which collection to run now, if any. */
-  shouldCollect({ rss, now }: ReclaimStep): Collection | undefined {
+  shouldCollect({ rss, now, busy }: ReclaimStep): Collection | undefined {
     if (this.afterLast === Infinity) {
       // The first tick only learns where envd stands.
       this.afterLast = this.lowest = rss;
@@ -55,8 +74,9 @@ export class ReclaimPolicy {
     }
     // V8's own memory reducer also gives memory back, after start-up for one: the floor is where RSS has been.
     this.lowest = Math.min(this.lowest, rss);
+    this.quietTicks = busy < QUIET_SHARE ? this.quietTicks + 1 : 0;
     if (rss >= this.afterLast + GROWTH_BYTES) return 'during-load';
-    if (rss >= this.lowest + GROWTH_BYTES && now - this.lastAt >= this.wait) return 'after-load';
+    if (rss >= this.lowest + GROWTH_BYTES && this.quietTicks >= QUIET_TICKS && now - this.lastAt >= this.wait) return 'after-load';
     return undefined;
   }
 
@@ -89,9 +109,13 @@ function loadGc(): Gc {
 export function startMemoryReclaim(trimMalloc: () => void = () => {}): () => void {
   const policy = new ReclaimPolicy();
   let gc: Gc | undefined;
+  let loop = performance.eventLoopUtilization();
   const timer = setInterval(() => {
     const before = process.memoryUsage.rss();
-    const kind = policy.shouldCollect({ rss: before, now: Date.now() });
+    const loopNow = performance.eventLoopUtilization();
+    const busy = performance.eventLoopUtilization(loopNow, loop).utilization;
+    loop = loopNow;
+    const kind = policy.shouldCollect({ rss: before, now: Date.now(), busy });
     if (!kind) return;
     gc ??= loadGc();
     // 'last-resort' is V8's name for the collection it runs before giving up on an allocation: memory-reducing.
