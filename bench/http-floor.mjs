@@ -3,7 +3,7 @@
 // straight after envd starts, and on an envd that was idle first, as a guest's
 // envd is when its first work comes: by then envd's memory reclaim has learned
 // its idle floor (src/memory-reclaim.ts), and a reclaim that mistook steady load
-// for "after load" showed only there (0.57-0.63x).
+// for "after load" showed only there (0.57-0.68x).
 import autocannon from 'autocannon';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';

@@ -28,7 +28,7 @@ import { runInNewContext } from 'node:vm';
  *   no live object has) is thrown away, 70-110 functions each time under HTTP
  *   load (--trace-deopt: "embedded weak objects cleared"), and runs slowly
  *   until V8 optimizes it again. Run in every pause of bursty load, once envd
- *   had learned its idle floor, it cut GET /health to 0.57-0.63x bare fastify
+ *   had learned its idle floor, it cut GET /health to 0.57-0.68x bare fastify
  *   (bench/http-floor.mjs, the "after idle" row). Two quiet ticks still leave
  *   the collection within 6 s of the end of a burst.
  * One of the second kind that gave back little doubles the wait before the
