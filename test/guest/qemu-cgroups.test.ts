@@ -130,6 +130,32 @@ describe('cgroups per command in a qemu VM (systemd, cgroup v2)', () => {
     expect(ended, JSON.stringify(ended)).toMatchObject({ reason: 'oom_killed' });
   });
 
+  // Issue 36 item 18: a removal that found a straggler is retried (bounded), and start-up
+  // sweeps the command cgroups no record owns, never a cgroup that is not envd's.
+  it("retries the removal of a cgroup a straggler kept busy, and sweeps leaked ones at start-up, only envd's own", async () => {
+    const CG = '/sys/fs/cgroup';
+    const exists = async (path: string) => (await run(client, `test -d ${path} && echo yes || echo no`, { user: 'root' })).stdout.trim() === 'yes';
+    const leader = await start({ cmd: 'setsid sleep 4 >/dev/null 2>&1 < /dev/null & echo $!' });
+    const ended = await wait(leader);
+    const straggler = String(ended.stdout).trim();
+    const cgroup = (await run(client, `cut -d: -f3 /proc/${straggler}/cgroup`, { user: 'root' })).stdout.trim();
+    expect(cgroup).toMatch(/^\/envd-commands\/[0-9a-f]{16}$/);
+    expect(await exists(CG + cgroup)).toBe(true); // busy when its command was forgotten
+    const deadline = Date.now() + 30_000;
+    while ((await exists(CG + cgroup)) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 500));
+    expect(await exists(CG + cgroup), 'removed by a retry once the straggler ended').toBe(false);
+
+    const leaked = `${CG}/envd-commands/00000000deadbeef`;
+    const foreign = [`${CG}/envd-commands/not-envd`, `${CG}/envd-test-foreign`];
+    await run(client, `mkdir ${leaked} ${foreign.join(' ')}`, { user: 'root' });
+    const before = await envdPid(client);
+    await client.json('POST', '/commands', { cmd: 'sleep 1; kill -9 $(pidof envd)', user: 'root', background: true });
+    await waitForRestart(client, before);
+    expect(await exists(leaked)).toBe(false);
+    for (const path of foreign) expect(await exists(path), path).toBe(true);
+    await run(client, `rmdir ${foreign.join(' ')}`, { user: 'root' });
+  });
+
   it('measures what a cgroup adds to a command round trip, and cgroup.kill of a 1,000-process tree', async () => {
     const roundTrips = async (to: EnvdClient, limits?: Record<string, number>) => {
       const samples: number[] = [];
