@@ -19,13 +19,13 @@ export interface LayerEntry {
 export async function layerTar(entries: LayerEntry[]): Promise<Buffer> {
   const archive = pack();
   const chunks: Buffer[] = [];
-  archive.on('data', (chunk: Buffer) => chunks.push(chunk));
+  archive.on('data', (chunk) => chunks.push(chunk as Buffer));
   const done = new Promise<void>((resolve, reject) => {
     archive.on('end', resolve);
     archive.on('error', reject);
   });
   for (const entry of entries) {
-    const content = entry.type === 'file' ? (entry.content ?? '') : undefined;
+    const content = entry.type === 'file' ? (entry.content ?? '') : '';
     const header = { name: entry.name, type: entry.type, mode: entry.mode ?? (entry.type === 'directory' ? 0o755 : 0o644), uid: 0, gid: 0, mtime: new Date(0), ...(entry.linkname !== undefined ? { linkname: entry.linkname } : {}) };
     await new Promise<void>((resolve, reject) => archive.entry(header, content, (error) => (error ? reject(error) : resolve())));
   }
