@@ -16,7 +16,7 @@
 // never followed to the build host. An image with `sbin -> /sbin` gets envd-init
 // in its own /sbin. Exit status 2 for bad input (no such root, no /etc/passwd,
 // a user missing from it, a path the image makes unusable).
-import { cpSync, existsSync, lstatSync, readlinkSync, renameSync } from 'node:fs';
+import { cpSync, existsSync, lstatSync, readlinkSync, renameSync, statSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { copyFileInRoot, ensureDirInRoot, InRootError, isExecutableInRoot, placeTreeInRoot, readFileInRoot, removeEntry, resolveInRoot, symlinkInRoot, writeFileInRoot } from './in-root.mjs';
@@ -67,7 +67,8 @@ export function installEnvd(root, { defaultUser: asked, init: askedInit = 'auto'
   for (const file of ['envd', 'envd-init', 'runtime/envd-node', 'runtime/lib/ld.so']) {
     if (!existsSync(join(DIST, file))) throw new Error(`${join(DIST, file)} missing; run node build.mjs first`);
   }
-  if (!lstatSync(root, { throwIfNoEntry: false })?.isDirectory()) throw new BadInput(`${root} is not a directory`);
+  // ROOT itself is the operator's choice (it may be a link to the tree); what is inside it is the image's.
+  if (!statSync(root, { throwIfNoEntry: false })?.isDirectory()) throw new BadInput(`${root} is not a directory`);
   try {
     const { user: defaultUser, why } = chooseDefaultUser(root, asked);
     log(`default user ${defaultUser} (${why})`);
