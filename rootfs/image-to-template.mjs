@@ -15,16 +15,18 @@
 // Everything happens in a work directory beside OUTPUT, renamed into place at
 // the end: a failure leaves no half-written image. Bad input exits 2.
 import { execFileSync, spawnSync } from 'node:child_process';
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, renameSync, rmSync, statSync } from 'node:fs';
 import { basename, dirname, join, resolve } from 'node:path';
+import { InRootError, readFileInRoot, resolveInRoot, writeFileInRoot } from './in-root.mjs';
+import { BadInput, installEnvd } from './install.mjs';
+import { applyLayer, LayerError } from './layers.mjs';
 
 const USAGE = 'usage: image-to-template.mjs IMAGE OUTPUT.ext4 [--default-user USER] [--init auto|systemd|openrc|busybox|envd-init] [--entrypoint] [--size-mib N]';
-const HERE = dirname(new URL(import.meta.url).pathname);
-
-class BadInput extends Error {}
+/** An OCI content digest (image-spec descriptor.md): algorithm, then the encoded hash; nothing a path could climb with. */
+const DIGEST = /^[a-z0-9]+(?:[+._-][a-z0-9]+)*:[a-zA-Z0-9=_-]+$/;
 
 function parseArgs(argv) {
-  const options = { defaultUser: 'root', init: 'auto', entrypoint: false, sizeMib: undefined, positional: [] };
+  const options = { defaultUser: undefined, init: 'auto', entrypoint: false, sizeMib: undefined, positional: [] };
   for (let i = 0; i < argv.length; i++) {
     const arg = argv[i];
     const value = () => {
@@ -61,22 +63,24 @@ function listTar(archive) {
   }
 }
 
-/** Applies one layer onto `root`: its whiteouts first, then its files. */
-function applyLayer(root, layer) {
-  for (const entry of listTar(layer)) {
-    const path = entry.replace(/^\.?\//, '').replace(/\/$/, '');
-    const name = basename(path);
-    if (!name.startsWith('.wh.')) continue;
-    if (path.split('/').includes('..')) throw new BadInput(`layer ${basename(layer)}: whiteout ${entry} leaves the root`);
-    const dir = join(root, dirname(path));
-    if (name === '.wh..wh..opq') {
-      for (const child of existsSync(dir) ? readdirSync(dir) : []) rmSync(join(dir, child), { recursive: true, force: true });
-    } else {
-      rmSync(join(dir, name.slice('.wh.'.length)), { recursive: true, force: true });
-    }
+/**
+ * The host path of `name` inside the unpacked image: relative, no `..`, and
+ * its symlinks (docker save links identical layers) resolved inside the image.
+ * It must be a regular file there.
+ */
+function fileInImage(unpacked, name, what) {
+  if (typeof name !== 'string' || name === '' || name.startsWith('/') || name.split('/').includes('..')) {
+    throw new BadInput(`${what} ${JSON.stringify(name)} is not a path inside the image`);
   }
-  // GNU tar strips leading "/" and refuses members with "..": a layer cannot write outside root.
-  run('tar', ['-xpf', layer, '-C', root, '--numeric-owner', '--exclude=.wh.*']);
+  let found;
+  try {
+    found = resolveInRoot(unpacked, name);
+  } catch (error) {
+    if (error instanceof InRootError) throw new BadInput(`${what} ${JSON.stringify(name)}: ${error.message}`);
+    throw error;
+  }
+  if (found.missing || !found.stat.isFile()) throw new BadInput(`${what} ${JSON.stringify(name)} is not a file in the image`);
+  return found.path;
 }
 
 const readJson = (path, what) => {
@@ -89,22 +93,31 @@ const readJson = (path, what) => {
 
 /** The layers (in order) and the image config of an unpacked docker-save or OCI tarball; undefined for a flat root. */
 function describeImage(unpacked) {
-  const blob = (digest) => join(unpacked, 'blobs', ...String(digest).split(':'));
-  if (existsSync(join(unpacked, 'manifest.json'))) {
-    const [manifest] = readJson(join(unpacked, 'manifest.json'), 'manifest.json');
-    if (!manifest?.Layers) throw new BadInput('manifest.json lists no layers');
-    return { layers: manifest.Layers.map((layer) => join(unpacked, layer)), config: manifest.Config ? readJson(join(unpacked, manifest.Config), 'the image config') : {} };
+  const blob = (descriptor, what) => {
+    const digest = descriptor?.digest;
+    if (typeof digest !== 'string' || !DIGEST.test(digest)) throw new BadInput(`${what}: ${JSON.stringify(digest)} is not a digest`);
+    return fileInImage(unpacked, `blobs/${digest.replace(':', '/')}`, what);
+  };
+  const has = (name) => !resolveInRoot(unpacked, name, { followLast: false }).missing;
+  if (has('manifest.json')) {
+    const [manifest] = [readJson(fileInImage(unpacked, 'manifest.json', 'manifest.json'), 'manifest.json')].flat();
+    if (!Array.isArray(manifest?.Layers)) throw new BadInput('manifest.json lists no layers');
+    return {
+      layers: manifest.Layers.map((layer) => fileInImage(unpacked, layer, 'manifest.json: layer')),
+      config: manifest.Config ? readJson(fileInImage(unpacked, manifest.Config, 'manifest.json: config'), 'the image config') : {},
+    };
   }
-  if (existsSync(join(unpacked, 'index.json'))) {
-    let manifest = readJson(join(unpacked, 'index.json'), 'index.json');
+  if (has('index.json')) {
+    let manifest = readJson(fileInImage(unpacked, 'index.json', 'index.json'), 'index.json');
     // An index may point at a manifest or at another index (multi-platform): follow to linux/amd64 or the first.
-    while (manifest.manifests) {
-      const pick = manifest.manifests.find((m) => m.platform?.os === 'linux' && m.platform?.architecture === 'amd64') ?? manifest.manifests[0];
+    for (let depth = 0; manifest?.manifests; depth++) {
+      if (!Array.isArray(manifest.manifests) || depth > 8) throw new BadInput('index.json: the indexes do not lead to a manifest');
+      const pick = manifest.manifests.find((m) => m?.platform?.os === 'linux' && m?.platform?.architecture === 'amd64') ?? manifest.manifests[0];
       if (!pick) throw new BadInput('index.json lists no manifest');
-      manifest = readJson(blob(pick.digest), `manifest ${pick.digest}`);
+      manifest = readJson(blob(pick, 'index.json: manifest'), `manifest ${pick.digest}`);
     }
-    if (!manifest.layers) throw new BadInput('the OCI manifest lists no layers');
-    return { layers: manifest.layers.map((layer) => blob(layer.digest)), config: manifest.config ? readJson(blob(manifest.config.digest), 'the image config') : {} };
+    if (!Array.isArray(manifest?.layers)) throw new BadInput('the OCI manifest lists no layers');
+    return { layers: manifest.layers.map((layer) => blob(layer, 'the OCI manifest: layer')), config: manifest.config ? readJson(blob(manifest.config, 'the OCI manifest: config'), 'the image config') : {} };
   }
   return undefined;
 }
@@ -115,7 +128,7 @@ function entrypointOf(config) {
   const args = [...(c.Entrypoint ?? []), ...(c.Cmd ?? [])];
   if (args.length === 0) throw new BadInput('--entrypoint: the image has no Entrypoint or Cmd');
   const envs = Object.fromEntries((c.Env ?? []).map((kv) => [kv.slice(0, kv.indexOf('=')), kv.slice(kv.indexOf('=') + 1)]));
-  return { args, ...(c.User ? { user: c.User.split(':')[0] } : {}), ...(c.WorkingDir ? { cwd: c.WorkingDir } : {}), envs };
+  return { args, ...(c.User ? { user: String(c.User) } : {}), ...(c.WorkingDir ? { cwd: c.WorkingDir } : {}), envs };
 }
 
 function main() {
@@ -147,13 +160,10 @@ function main() {
         renameSync(unpacked, root); // a flat root (docker export)
       }
     }
-    if (!existsSync(join(root, 'etc/passwd'))) throw new BadInput(`${image} has no /etc/passwd: envd needs it to know the image's users`);
-    const installed = spawnSync(join(HERE, 'install.sh'), [root, '--default-user', options.defaultUser, '--init', options.init], { encoding: 'utf8' });
-    if (installed.status === 2) throw new BadInput(installed.stderr.trim().replace(/^install\.sh: /, ''));
-    if (installed.status !== 0) throw new Error(`install.sh failed: ${installed.stderr.trim()}`);
+    const installed = installEnvd(root, { defaultUser: options.defaultUser, init: options.init }, (line) => process.stdout.write(`image-to-template: ${line}\n`));
     if (options.entrypoint) {
-      writeFileSync(join(root, 'etc/envd/entrypoint.json'), `${JSON.stringify(entrypointOf(config))}\n`);
-      writeFileSync(join(root, 'etc/envd/envd.env'), `${readFileSync(join(root, 'etc/envd/envd.env'), 'utf8')}ENVD_ENTRYPOINT_FILE=/etc/envd/entrypoint.json\n`);
+      writeFileInRoot(root, '/etc/envd/entrypoint.json', `${JSON.stringify(entrypointOf(config))}\n`, 0o644);
+      writeFileInRoot(root, '/etc/envd/envd.env', `${readFileInRoot(root, '/etc/envd/envd.env')}ENVD_ENTRYPOINT_FILE=/etc/envd/entrypoint.json\n`, 0o644);
     }
     const usedMib = Math.ceil(Number(execFileSync('du', ['-sb', root], { encoding: 'utf8' }).split('\t')[0]) / 1024 / 1024);
     // Room to work in: a fifth more than the files, and at least 256 MiB free.
@@ -161,7 +171,7 @@ function main() {
     const partial = join(work, 'image.ext4');
     run('mkfs.ext4', ['-q', '-F', '-L', 'rootfs', '-d', root, partial, `${sizeMib}M`]);
     renameSync(partial, output);
-    process.stdout.write(`${output}: ${sizeMib} MiB ext4, ${usedMib} MiB of files, started by ${installed.stdout.trim().split(' ').at(-1)}\n`);
+    process.stdout.write(`${output}: ${sizeMib} MiB ext4, ${usedMib} MiB of files, started by ${installed.init}, default user ${installed.defaultUser}\n`);
   } finally {
     cleanUp();
   }
@@ -171,5 +181,5 @@ try {
   main();
 } catch (error) {
   process.stderr.write(`image-to-template: ${error.message}\n`);
-  process.exit(error instanceof BadInput ? 2 : 1);
+  process.exit(error instanceof BadInput || error instanceof LayerError || error instanceof InRootError ? 2 : 1);
 }

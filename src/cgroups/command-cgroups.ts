@@ -1,10 +1,20 @@
-import { closeSync, existsSync, mkdirSync, openSync, readFileSync, rmdirSync, rmSync, writeSync } from 'node:fs';
+import { closeSync, existsSync, mkdirSync, openSync, readdirSync, readFileSync, rmdirSync, rmSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Limits } from './limits.js';
 
 /** cpu.max's period: 100 ms, the kernel's default. */
 const CPU_PERIOD_US = 100_000;
 const CONTROLLERS = ['memory', 'pids', 'cpu'];
+
+/**
+ * The waits between tries to remove a command cgroup that still held
+ * processes (a straggler its shell left): about 4 minutes in all. What is
+ * still there after that goes at the next start-up's sweep.
+ */
+export const REMOVE_RETRY_DELAYS_MS: readonly number[] = [1_000, 2_000, 4_000, 8_000, 16_000, 32_000, 64_000, 128_000];
+
+/** A command cgroup's name: the command's id (state-dir.ts). Nothing else in envd-commands/ is envd's to remove. */
+const COMMAND_ID = /^[0-9a-f]{16}$/;
 
 /** What a command's cgroup says about how it ended (read before the cgroup is removed). */
 export interface CgroupEnd {
@@ -36,9 +46,14 @@ export interface CgroupStats {
  * and check what envd writes there.
  */
 export class CommandCgroups {
+  /** The removals waiting for their next try, by command id. */
+  private readonly retries = new Map<string, NodeJS.Timeout>();
+
   private constructor(
     /** Where cgroup2 is mounted. */
     readonly root: string,
+    /** REMOVE_RETRY_DELAYS_MS; shorter in the tests. */
+    private readonly retryDelaysMs: readonly number[],
   ) {}
 
   get commands(): string {
@@ -51,8 +66,8 @@ export class CommandCgroups {
    * given. Throws when the hierarchy is not ours to write (not root, a container
    * without cgroup namespace delegation).
    */
-  static setUp(root: string, commandsMemoryMax: number | undefined): CommandCgroups {
-    const cgroups = new CommandCgroups(root);
+  static setUp(root: string, commandsMemoryMax: number | undefined, retryDelaysMs = REMOVE_RETRY_DELAYS_MS): CommandCgroups {
+    const cgroups = new CommandCgroups(root, retryDelaysMs);
     const available = new Set(readFileSync(join(root, 'cgroup.controllers'), 'utf8').trim().split(/\s+/));
     const enable = CONTROLLERS.filter((name) => available.has(name)).map((name) => `+${name}`).join(' ');
     writeControl(join(root, 'cgroup.subtree_control'), enable);
@@ -141,8 +156,58 @@ export class CommandCgroups {
     return existsSync(this.pathOf(id));
   }
 
-  /** Removes an empty command cgroup; false while processes are left in it (it is tried again at the next forget). */
+  /**
+   * Removes a command's cgroup; false while processes are left in it. Then it
+   * is tried again REMOVE_RETRY_DELAYS_MS later (bounded), so a straggler that
+   * ends after its command was forgotten does not leak the directory.
+   */
   remove(id: string): boolean {
+    if (this.removeNow(id)) {
+      clearTimeout(this.retries.get(id));
+      this.retries.delete(id);
+      return true;
+    }
+    if (!this.retries.has(id)) this.retryRemoval(id, 0);
+    return false;
+  }
+
+  /** How many removals wait for another try. */
+  get pendingRemovals(): number {
+    return this.retries.size;
+  }
+
+  /**
+   * At start-up, after re-adoption: removes the command cgroups that no
+   * command record of `keep` owns (a crashed envd's, or removals that ran out
+   * of tries). Only envd-commands/ children named like a command id: nothing
+   * else there or elsewhere in the hierarchy is envd's. Returns how many went;
+   * busy ones are retried like any removal.
+   */
+  sweep(keep: ReadonlySet<string>): number {
+    let removed = 0;
+    for (const entry of readdirSync(this.commands, { withFileTypes: true })) {
+      if (!entry.isDirectory() || !COMMAND_ID.test(entry.name) || keep.has(entry.name)) continue;
+      if (this.remove(entry.name)) removed++;
+    }
+    return removed;
+  }
+
+  private retryRemoval(id: string, attempt: number): void {
+    const delay = this.retryDelaysMs[attempt];
+    if (delay === undefined) {
+      this.retries.delete(id);
+      return;
+    }
+    const timer = setTimeout(() => {
+      if (this.removeNow(id)) this.retries.delete(id);
+      else this.retryRemoval(id, attempt + 1);
+    }, delay);
+    timer.unref(); // never what keeps envd's process alive
+    this.retries.set(id, timer);
+  }
+
+  /** One try: true once the cgroup is gone. */
+  private removeNow(id: string): boolean {
     const path = this.pathOf(id);
     try {
       rmdirSync(path);

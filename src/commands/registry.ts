@@ -322,6 +322,15 @@ export class ProcessRegistry {
     for (const proc of found) this.track(proc);
     for (const entry of later) void this.adoptLater(entry.id);
     const swept = await this.state.sweepSpool(new Set([...found.map((proc) => proc.id), ...later.map((entry) => entry.id)]));
+    // Cgroups whose command has no record left: a crashed envd's, or removals that ran out of tries.
+    if (this.cgroupMode.mode === 'cgroup') {
+      try {
+        const sweptCgroups = this.cgroupMode.cgroups.sweep(new Set(await this.state.listCommandIds()));
+        if (sweptCgroups > 0) this.log.info({ sweptCgroups }, 'removed the cgroups of commands no record owns');
+      } catch (error) {
+        this.log.warn({ err: error }, 'could not sweep the cgroups of commands no record owns: serving on'); // a leak, never a reason not to start
+      }
+    }
     if (found.length > 0 || swept > 0 || later.length > 0) {
       this.log.info(
         { adopted: found.length, running: found.filter((proc) => proc.running).length, later: later.length, sweptSpoolFiles: swept },

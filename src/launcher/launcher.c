@@ -42,21 +42,26 @@ static int own_dir(const char *argv0, char *dir, size_t size) {
   return 0;
 }
 
-/** Removes every LD_* variable: the loader would honour them for envd's own process. */
-static void drop_loader_variables(void) {
+/**
+ * Keeps every environment entry but the LD_* ones: the loader would honour them
+ * for envd's own process. The environment comes from the image (envd.env), so
+ * an entry may be any bytes: one without "=", or with a name of any length, is
+ * judged by its first three bytes alone. One pass over a copy, no unsetenv
+ * (which matches whole names and would leave such entries in place).
+ */
+static int drop_loader_variables(void) {
   extern char **environ;
-  for (char **env = environ; *env != NULL;) {
-    if (strncmp(*env, "LD_", 3) == 0) {
-      char name[256];
-      size_t len = strcspn(*env, "=");
-      if (len >= sizeof name) len = sizeof name - 1;
-      memcpy(name, *env, len);
-      name[len] = '\0';
-      unsetenv(name); // shifts the rest down: look at the same slot again
-    } else {
-      env++;
-    }
+  size_t count = 0;
+  while (environ[count] != NULL) count++;
+  char **kept = calloc(count + 1, sizeof *kept);
+  if (kept == NULL) return -1;
+  size_t n = 0;
+  for (size_t i = 0; i < count; i++) {
+    if (strncmp(environ[i], "LD_", 3) != 0) kept[n++] = environ[i];
   }
+  kept[n] = NULL;
+  environ = kept;
+  return 0;
 }
 
 /** Where the runtime is, relative to the launcher's directory, in the order tried. */
@@ -86,7 +91,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "envd: its runtime is missing: neither %s/" RUNTIME "/lib/ld.so nor %s/../lib/envd/" RUNTIME "/lib/ld.so exists\n", dir, dir);
     return CANNOT_RUN;
   }
-  drop_loader_variables();
+  if (drop_loader_variables() != 0) return CANNOT_RUN;
 
   // loader, 6 options and their values, the program, the arguments, NULL.
   char **args = calloc((size_t)argc + 8, sizeof *args);

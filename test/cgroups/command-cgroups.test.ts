@@ -2,7 +2,7 @@
 // envd writes where, how it reads why a command ended and what it used, and
 // when it falls back to the /proc walk. The real kernel's behaviour is proven
 // in the qemu guest (test/guest/qemu-cgroups.test.ts).
-import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
@@ -106,5 +106,62 @@ describe('a command cgroup', () => {
     expect(c.remove('r')).toBe(true);
     expect(c.exists('r')).toBe(false);
     expect(c.remove('r')).toBe(true);
+  });
+});
+
+// Issue 36 item 18: a cgroup whose removal failed once (a straggler still in it) is
+// tried again, a bounded number of times; start-up sweeps what no command record owns.
+describe('leaked command cgroups', () => {
+  const ID = (n: number) => n.toString(16).padStart(16, '0');
+  function cgroups(delays: number[]): CommandCgroups {
+    layOut();
+    return CommandCgroups.setUp(root, undefined, delays);
+  }
+  const busy = (path: string, populated: boolean) => writeFileSync(join(path, 'cgroup.events'), `populated ${populated ? 1 : 0}\nfrozen 0\n`);
+  const until = async (check: () => boolean) => {
+    for (let i = 0; i < 200 && !check(); i++) await new Promise((resolve) => setTimeout(resolve, 10));
+  };
+
+  it('tries a busy removal again, and removes the cgroup once its last process has left', async () => {
+    const c = cgroups([20, 20, 20, 20, 20]);
+    const path = c.create(ID(1), undefined);
+    busy(path, true);
+    expect(c.remove(ID(1))).toBe(false);
+    expect(c.pendingRemovals).toBe(1);
+    await new Promise((resolve) => setTimeout(resolve, 30));
+    expect(c.exists(ID(1))).toBe(true); // still busy at the first retry
+    busy(path, false);
+    await until(() => !c.exists(ID(1)));
+    expect(c.exists(ID(1))).toBe(false);
+    expect(c.pendingRemovals).toBe(0);
+  });
+
+  it('gives up after the last retry, leaving the cgroup to the next sweep', async () => {
+    const c = cgroups([5, 5, 5]);
+    busy(c.create(ID(2), undefined), true);
+    expect(c.remove(ID(2))).toBe(false);
+    expect(c.remove(ID(2))).toBe(false); // a second failed removal does not start a second chain
+    expect(c.pendingRemovals).toBe(1);
+    await until(() => c.pendingRemovals === 0);
+    expect(c.pendingRemovals).toBe(0);
+    expect(c.exists(ID(2))).toBe(true);
+  });
+
+  it("sweeps the command cgroups no record owns, and nothing that is not envd's", async () => {
+    const c = cgroups([5]);
+    const kept = c.create(ID(10), undefined);
+    c.create(ID(11), undefined); // a crashed envd's, empty
+    busy(c.create(ID(12), undefined), true); // a straggler still runs in it
+    mkdirSync(join(c.commands, 'not-a-command')); // someone else's, in envd's parent
+    mkdirSync(join(c.commands, 'ABCDEF0123456789')); // not an id envd makes (upper case)
+    writeFileSync(join(c.commands, ID(13)), ''); // a file, not a cgroup
+    mkdirSync(join(root, 'system.slice')); // outside envd's parent
+    expect(c.sweep(new Set([ID(10)]))).toBe(1);
+    expect(readdirSync(c.commands).sort()).toEqual(expect.arrayContaining([ID(10), ID(12), ID(13), 'ABCDEF0123456789', 'not-a-command']));
+    expect(c.exists(ID(11))).toBe(false);
+    expect(existsSync(kept)).toBe(true);
+    expect(existsSync(join(root, 'system.slice'))).toBe(true);
+    expect(c.pendingRemovals).toBe(1); // the busy one, retried
+    await until(() => c.pendingRemovals === 0);
   });
 });

@@ -3,7 +3,7 @@
 // a 409 that says why, and reasons still tell exited, signaled, killed and
 // timed_out apart. A server given a directory laid out like cgroupfs shows
 // what cgroup mode writes and reads (oom_killed, pids_exhausted, stats).
-import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -125,5 +125,29 @@ describe('in cgroup mode, on a directory laid out like cgroupfs', () => {
     expect(readFileSync(join(cgroup, 'memory.max'), 'utf8')).toBe(String(16 * MIB));
     await server.json('GET', `/commands/${pid}/wait`);
     expect((await server.json('POST', '/init', { default_limits: {} })).status).toBe(204);
+  });
+});
+
+describe('start-up in cgroup mode', () => {
+  it("sweeps the cgroups a previous envd left without a command record, and keeps what is not envd's", async () => {
+    const root = mkdtempSync(join(tmpdir(), 'envd-cgroupfs-sweep-'));
+    try {
+      writeFileSync(join(root, 'cgroup.controllers'), 'cpu memory pids\n');
+      const leaked = join(root, 'envd-commands', '00000000deadbeef');
+      const foreign = join(root, 'envd-commands', 'someone-else');
+      mkdirSync(leaked, { recursive: true });
+      mkdirSync(foreign);
+      const mode = openCgroups({ root, selfCgroup: '0::/system.slice/envd.service\n', memTotal: 1024 * MIB }, 128 * MIB);
+      const server = await startServer({ defaultUser: user.user.name }, { cgroups: mode });
+      try {
+        expect(existsSync(leaked)).toBe(false);
+        expect(existsSync(foreign)).toBe(true);
+        expect(server.logs.some((line) => line.includes('"sweptCgroups":1'))).toBe(true);
+      } finally {
+        await server.close();
+      }
+    } finally {
+      rmSync(root, { recursive: true, force: true });
+    }
   });
 });

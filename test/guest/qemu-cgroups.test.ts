@@ -130,6 +130,39 @@ describe('cgroups per command in a qemu VM (systemd, cgroup v2)', () => {
     expect(ended, JSON.stringify(ended)).toMatchObject({ reason: 'oom_killed' });
   });
 
+  // Issue 36 item 18: start-up sweeps the command cgroups no record owns (never a cgroup
+  // that is not envd's), and a removal that met a straggler is retried until it goes.
+  // envd runs with --keep-finished 0 here, so that `wait` forgets the command at once.
+  it("sweeps leaked command cgroups at start-up, only envd's own, and retries the removal of one a straggler kept busy", async () => {
+    const CG = '/sys/fs/cgroup';
+    const exists = async (path: string) => (await run(client, `test -d ${path} && echo yes || echo no`, { user: 'root' })).stdout.trim() === 'yes';
+    const restart = async () => {
+      const before = await envdPid(client);
+      await client.json('POST', '/commands', { cmd: 'sleep 1; kill -9 $(pidof envd)', user: 'root', background: true });
+      await waitForRestart(client, before);
+    };
+    const leaked = `${CG}/envd-commands/00000000deadbeef`;
+    const foreign = [`${CG}/envd-commands/not-envd`, `${CG}/envd-test-foreign`];
+    await run(client, `cp /etc/envd/envd.env /etc/envd/envd.env.before && echo ENVD_KEEP_FINISHED=0 >> /etc/envd/envd.env && mkdir ${leaked} ${foreign.join(' ')}`, { user: 'root' });
+    try {
+      await restart();
+      expect(await exists(leaked)).toBe(false);
+      for (const path of foreign) expect(await exists(path), path).toBe(true);
+
+      const leader = await start({ cmd: 'setsid sleep 5 >/dev/null 2>&1 < /dev/null & echo $!' });
+      const straggler = String((await wait(leader)).stdout).trim();
+      const cgroup = CG + (await run(client, `cut -d: -f3 /proc/${straggler}/cgroup`, { user: 'root' })).stdout.trim();
+      expect(cgroup).toMatch(/\/envd-commands\/[0-9a-f]{16}$/);
+      expect(await exists(cgroup), 'busy when its command was forgotten').toBe(true);
+      const deadline = Date.now() + 30_000;
+      while ((await exists(cgroup)) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 500));
+      expect(await exists(cgroup), 'removed by a retry once the straggler ended').toBe(false);
+    } finally {
+      await run(client, `mv /etc/envd/envd.env.before /etc/envd/envd.env; rmdir ${foreign.join(' ')}`, { user: 'root' });
+      await restart();
+    }
+  });
+
   it('measures what a cgroup adds to a command round trip, and cgroup.kill of a 1,000-process tree', async () => {
     const roundTrips = async (to: EnvdClient, limits?: Record<string, number>) => {
       const samples: number[] = [];

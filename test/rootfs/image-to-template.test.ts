@@ -4,10 +4,11 @@
 // The images are read back with debugfs (e2fsprogs), without mounting them.
 import { execFileSync, spawnSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { layerTar, snapshot, type LayerEntry } from './hostile.js';
 
 const SCRIPT = join(process.cwd(), 'rootfs/image-to-template.mjs');
 let work: string;
@@ -132,6 +133,89 @@ describe('image-to-template', () => {
     expect(result.status).toBe(2);
     expect(result.stderr).toMatch(message);
     expect(existsSync(image)).toBe(false);
+    expect(leftovers()).toEqual([]);
+  });
+});
+
+// Issue 36 item 1: the image is an attacker's. A scratch "host" of canaries stands for the build host.
+describe('image-to-template with a hostile image', () => {
+  const SECRET = 'host secret\n';
+  function host(): { dir: string; before: Record<string, string> } {
+    const dir = join(work, `host-${Math.random().toString(16).slice(2)}`);
+    mkdirSync(join(dir, 'dir/sub'), { recursive: true });
+    writeFileSync(join(dir, 'dir/canary'), 'canary\n');
+    writeFileSync(join(dir, 'dir/secret'), SECRET, { mode: 0o600 });
+    writeFileSync(join(dir, 'dir/sub/file'), 'file\n');
+    // A valid layer on the host, which an image's link must not make the converter apply.
+    writeFileSync(join(dir, 'layer.tar'), execFileSync('tar', ['-cf', '-', '-C', join(dir, 'dir'), 'canary']));
+    return { dir, before: snapshot(dir) };
+  }
+
+  /** A docker-save tarball of these layers (tar buffers), manifest and config overridable. */
+  async function save(name: string, layerList: LayerEntry[][], manifest: Record<string, unknown> = {}, extra: (dir: string) => void = () => {}): Promise<string> {
+    const dir = join(work, name);
+    mkdirSync(dir);
+    const names: string[] = [];
+    for (const [i, entries] of layerList.entries()) {
+      writeFileSync(join(dir, `layer${i}.tar`), await layerTar(entries));
+      names.push(`layer${i}.tar`);
+    }
+    writeFileSync(join(dir, 'config.json'), JSON.stringify({ config: { Cmd: ['/bin/server'], User: '1001:1001' } }));
+    writeFileSync(join(dir, 'manifest.json'), JSON.stringify([{ Config: 'config.json', Layers: names, ...manifest }]));
+    extra(dir);
+    return tarOf(dir, join(work, `${name}.tar`));
+  }
+  const passwd = { name: 'etc/passwd', type: 'file' as const, content: 'root:x:0:0:root:/root:/bin/sh\n' };
+
+  it('writes a later layer inside the image, never through a lower evil -> <host dir>; root is the default user of an image without user', async () => {
+    const { dir, before } = host();
+    const image = await save('through-evil', [
+      [passwd, { name: 'evil', type: 'symlink', linkname: join(dir, 'dir') }],
+      [{ name: 'evil/PWNED.txt', type: 'file', content: 'x' }, { name: 'evil/.wh.canary', type: 'file' }, { name: 'evil/sub/.wh..wh..opq', type: 'file' }],
+    ]);
+    const output = join(work, 'through-evil.ext4');
+    const result = convert(image, output, '--entrypoint');
+    expect(result, result.stderr).toMatchObject({ status: 0 });
+    expect(snapshot(dir)).toEqual(before);
+    expect(listDir(output, '/evil').sort()).toEqual(['PWNED.txt', 'sub']);
+    expect(result.stdout).toContain('default user root (the image has no user account)');
+    expect(debugfs(output, 'cat /etc/envd/envd.env')).toContain('ENVD_DEFAULT_USER=root\n');
+    // A numeric USER is kept as it is: envd runs the entrypoint as that uid and gid.
+    expect(JSON.parse(debugfs(output, 'cat /etc/envd/entrypoint.json'))).toMatchObject({ args: ['/bin/server'], user: '1001:1001' });
+    expect(leftovers()).toEqual([]);
+  });
+
+  it.each([
+    ['a hard link through a lower link to a host file', [[passwd, { name: 'evil', type: 'symlink', linkname: '/HOST/dir' }], [{ name: 'stolen', type: 'link', linkname: 'evil/secret' }]], {}, () => {}, /layer layer1\.tar: .*stolen/],
+    ['a manifest layer that climbs out with ..', [[passwd]], { Layers: ['../outside.tar'] }, () => {}, /layer "\.\.\/outside\.tar" is not a path inside the image/],
+    ['a manifest layer with an absolute name', [[passwd]], { Layers: ['/HOST/layer.tar'] }, () => {}, /is not a path inside the image/],
+    ['a manifest config that climbs out with ..', [[passwd]], { Config: '../../config.json' }, () => {}, /config "\.\.\/\.\.\/config\.json" is not a path inside the image/],
+    ['a manifest layer that is a link to a host file', [[passwd]], { Layers: ['layer0.tar', 'host.tar'] }, (image: string, hostDir: string) => symlinkSync(join(hostDir, 'layer.tar'), join(image, 'host.tar')), /layer "host\.tar" is not a file in the image/],
+  ] as const)('refuses %s with exit status 2, the host untouched', async (name, layerList, manifest, extra, message) => {
+    const { dir, before } = host();
+    const withHost = (text: string) => text.replace('/HOST', dir);
+    const fixed = (layerList as unknown as LayerEntry[][]).map((entries) => entries.map((entry) => ({ ...entry, ...(entry.linkname ? { linkname: withHost(entry.linkname) } : {}) })));
+    const fixedManifest = JSON.parse(withHost(JSON.stringify(manifest)));
+    const image = await save(`refused-${name.replace(/\W+/g, '-')}`, fixed, fixedManifest, (d) => (extra as (image: string, hostDir: string) => void)(d, dir));
+    const output = join(work, 'refused.ext4');
+    const result = convert(image, output, '--default-user', 'root');
+    expect(result.status, result.stderr + result.stdout).toBe(2);
+    expect(result.stderr).toMatch(message);
+    expect(snapshot(dir)).toEqual(before);
+    expect(existsSync(output)).toBe(false);
+    expect(leftovers()).toEqual([]);
+  });
+
+  it.each([
+    ['a digest that climbs out with ..', 'sha256:../../../etc'],
+    ['an absolute digest', '/etc/passwd'],
+  ])('refuses an OCI layout with %s', (_, digest) => {
+    const dir = join(work, `oci-${digest.length}`);
+    mkdirSync(join(dir, 'blobs/sha256'), { recursive: true });
+    writeFileSync(join(dir, 'index.json'), JSON.stringify({ schemaVersion: 2, manifests: [{ digest, platform: { os: 'linux', architecture: 'amd64' } }] }));
+    const result = convert(tarOf(dir, join(work, `oci-${digest.length}.tar`)), join(work, 'oci-refused.ext4'));
+    expect(result.status).toBe(2);
+    expect(result.stderr).toContain('is not a digest');
     expect(leftovers()).toEqual([]);
   });
 });

@@ -5,7 +5,7 @@
 // loads none of them, so their version cannot matter), and on this host with
 // an LD_PRELOAD and LD_LIBRARY_PATH that would break a normal Node. Commands
 // envd starts see the image's own environment, none of envd's runtime.
-import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
+import { execFileSync, spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { copyFileSync, existsSync, linkSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -108,6 +108,15 @@ function abortingLibrary(): string {
   return library;
 }
 
+/** A program that runs argv[1] with argv[2..] as its whole environment, byte for byte (entries without "=" included). */
+function rawEnvExec(): string {
+  const source = join(work, 'raw-env.c');
+  const program = join(work, 'raw-env');
+  writeFileSync(source, '#include <unistd.h>\nint main(int argc, char **argv) { char *args[] = {argv[1], "--version", 0}; execve(argv[1], args, argv + 2); return 127; }\n');
+  execFileSync('cc', ['-o', program, source]);
+  return program;
+}
+
 describe('the self-contained runtime', () => {
   it('ships the loader and every library Node links, beside the Node runtime', () => {
     const libs = readdirSync(join(DIST, 'runtime/lib'));
@@ -165,5 +174,19 @@ describe('the self-contained runtime', () => {
     } finally {
       await envd.stop();
     }
+  });
+
+  // Issue 36 item 16: the environment comes from the image (envd.env). The launcher once
+  // looped for ever on these, so `envd --version` never returned: the timeout fails a regression.
+  it.each([
+    ['an LD_ variable whose name is 256 characters or more', [`LD_${'A'.repeat(300)}=x`]],
+    ['an LD_PRELOAD entry without "="', ['LD_PRELOAD']],
+    ['both, between ordinary entries and an aborting LD_PRELOAD', ['PATH=/bin', `LD_${'B'.repeat(4096)}`, 'LD_PRELOAD', 'NOEQUALS', 'LD_PRELOAD=ABORT', 'LD_=x']],
+  ])('drops %s and runs envd --version', (_, env) => {
+    const library = abortingLibrary();
+    const entries = env.map((entry) => entry.replace('ABORT', library));
+    const result = spawnSync(rawEnvExec(), [join(DIST, 'envd'), ...entries], { encoding: 'utf8', timeout: 30_000 });
+    expect(result.error).toBeUndefined();
+    expect(result).toMatchObject({ status: 0, stdout: '0.1.0\n' });
   });
 });
