@@ -196,7 +196,7 @@ export const commandRoutes: FastifyPluginAsyncTypebox<CommandRoutesOptions> = as
     '/:pid/wait',
     {
       schema: {
-        summary: 'Wait for a process to end and get its result (408 past timeout_ms while it runs)',
+        summary: 'Wait for a process to end and get its result, then forget it (408 past timeout_ms while it runs; process not found once collected)',
         params: PidParams,
         querystring: WaitQuery,
         response: { 200: CommandResult, ...errors },
