@@ -58,7 +58,7 @@ export class ProcessRegistry {
   private readonly byPid = new Map<number, TrackedProcess>();
   /** When each finished command is freed (--keep-finished after its end, or --keep-collected after its collection). */
   private readonly expiries = new Map<TrackedProcess, NodeJS.Timeout>();
-  /** Results being handed out (`wait`), per command: a collected command is forgotten once none is left. */
+  /** Answers being handed out (wait, attach, /output), per command: a collected command is forgotten once none is left. */
   private readonly answers = new Map<TrackedProcess, number>();
   /** Collected, forgotten once their answers in flight are out: no longer found, listed or waitable. */
   private readonly leaving = new Set<TrackedProcess>();
@@ -256,10 +256,11 @@ export class ProcessRegistry {
   }
 
   /**
-   * A result is being handed out for `wait` (from before the command ended
-   * until the answer is out or its client gone): a collection meanwhile
-   * forgets the command only when the last such answer is out, so that two
-   * waiters both get the result. Call the returned function once it is over.
+   * A result or output is being handed out (`wait` from before the command
+   * ended, an attach's replay, `/output`), until the answer is out or its
+   * client gone: a collection meanwhile forgets the command only when the last
+   * such answer is out, so that two waiters both get the result and an
+   * attacher still replaying is not cut. Call the returned function once it is over.
    */
   answering(proc: TrackedProcess): () => void {
     this.answers.set(proc, (this.answers.get(proc) ?? 0) + 1);

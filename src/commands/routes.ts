@@ -168,6 +168,8 @@ export const commandRoutes: FastifyPluginAsyncTypebox<CommandRoutesOptions> = as
     async (request, reply) => {
       const proc = tracked(request.params.pid);
       const from = await resumeCursor(proc, request.query.from, request.headers['last-event-id']);
+      // A collection meanwhile (a wait) forgets the command only once this replay is over: its log must stay.
+      reply.raw.once('close', processes.answering(proc));
       // An attacher only watches: its leaving never kills the command.
       await streamProcess(request, reply, proc, { killOnDisconnect: false, lendSocket: config.directOutput, from });
     },
@@ -187,7 +189,9 @@ export const commandRoutes: FastifyPluginAsyncTypebox<CommandRoutesOptions> = as
     async (request, reply) => {
       // The schema allows only the two names; the type provider cannot see through Unsafe.
       const query = request.query as OutputQueryValue;
-      const answer = await keptOutput(tracked(request.params.pid), query, request.headers.range);
+      const proc = tracked(request.params.pid);
+      reply.raw.once('close', processes.answering(proc));
+      const answer = await keptOutput(proc, query, request.headers.range);
       return reply.code(answer.status).headers(answer.headers).send(answer.body);
     },
   );

@@ -63,6 +63,49 @@ describe('a collected command is forgotten (the default)', () => {
     expect((await waitFor200(fixture.server, pid)).body).toEqual(NOT_FOUND);
   });
 
+  it('gives a slow waiter the whole result even when a fast one collected the command meanwhile', async () => {
+    // 20 MB: more than the sockets buffer, so the slow answer is still being read from the log (stdout,
+    // then stderr in a second pass) when the fast waiter's collection comes.
+    const bytes = 20_000_000;
+    const pid = await background(fixture.server, `sleep 0.3; head -c ${bytes} /dev/zero | tr "\\0" a; echo tail >&2`);
+    const slow = fixture.server.call('GET', `/commands/${pid}/wait`);
+    const fast = (await (await fixture.server.call('GET', `/commands/${pid}/wait`)).json()) as any;
+    expect([fast.stdout.length, fast.stderr]).toEqual([bytes, 'tail\n']);
+    expect((await waitFor200(fixture.server, pid)).body).toEqual(NOT_FOUND);
+    await new Promise((resolve) => setTimeout(resolve, 500));
+    const late = (await (await slow).json()) as any;
+    expect([late.stdout.length, late.stderr]).toEqual([bytes, 'tail\n']);
+    await waitFor(() => fixture.server.app.envd.processes.get(pid) === undefined, 5_000, 'the command to be forgotten');
+  });
+
+  it('lets an attacher still replaying finish when a wait collects the command meanwhile, spooled output included', async () => {
+    // A 1 MiB memory tier: most of the output is in spool segments, which the replay opens as it gets there.
+    const server = await startServer({ defaultUser: fixture.user.name, outputMemoryBytes: 1024 * 1024 });
+    try {
+      const bytes = 6_000_000;
+      const pid = await background(server, `head -c ${bytes} /dev/zero | tr "\\0" a`);
+      await waitFor(async () => (await server.json('GET', '/commands')).body.processes.some((p: any) => p.pid === pid && !p.running), 10_000, 'the end');
+      // The attacher reads one event, then nothing for a while: its replay waits on the socket.
+      const events = readEvents(await server.call('GET', `/commands/${pid}/stream`));
+      expect((await events.next()).value).toEqual({ event: 'start', data: { pid } });
+      expect((await waitFor200(server, pid)).body.stdout).toHaveLength(bytes);
+      // Collected: gone for every new request at once.
+      expect((await waitFor200(server, pid)).body).toEqual(NOT_FOUND);
+      await new Promise((resolve) => setTimeout(resolve, 500));
+      let stdout = 0;
+      let last;
+      for await (const event of events) {
+        if (event.event === 'stdout') stdout += event.data.data.length;
+        last = event;
+      }
+      expect(stdout).toBe(bytes);
+      expect(last).toEqual({ event: 'exit', data: { exit_code: 0, reason: 'exited' } });
+      await waitFor(() => server.app.envd.processes.get(pid) === undefined, 5_000, 'the command to be forgotten');
+    } finally {
+      await server.close();
+    }
+  });
+
   it('lets a wait whose client hung up leave the command uncollected', async () => {
     const pid = await background(fixture.server, 'sleep 0.4; echo later');
     const gone = new AbortController();
