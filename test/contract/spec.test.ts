@@ -302,8 +302,10 @@ const commandGroup: Row[] = [
     line: 182,
     says: 'DELETE: Removes the background process from the tracking list. Returns `{ killed: boolean }`: true if it was found and removed, false if not tracked',
     check: async () => {
-      const marker = `spec-kill-${process.pid}-${Date.now()}`;
-      const pid = await background(`sleep 300 # ${marker}`);
+      const suffix = `${process.pid}-${Date.now()}`;
+      const marker = `envd-spec-kill-${suffix}`;
+      // Assembled inside the sleeper only (its argv[0]), so that no shell's command line matches.
+      const pid = await background(`export P=envd-spec-kill- S=${suffix}; bash -c 'exec -a "$P$S" sleep 300'`);
       await waitFor(() => findProcesses(marker).length > 0, 10_000, 'the command to start');
       expect(await json('DELETE', `/commands/${pid}`)).toEqual({ status: 200, body: { killed: true } });
       // "Actual process termination is done by the in-VM daemon": envd ends it.
