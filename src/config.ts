@@ -12,10 +12,16 @@ export const DEFAULT_OUTPUT_MEMORY_BYTES = 32 * 1024 * 1024;
 export const DEFAULT_MAX_SPOOL_BYTES = 1024 * 1024 * 1024;
 /** How long a finished command's exit and kept output stay readable (seconds). */
 export const DEFAULT_KEEP_FINISHED_SECONDS = 600;
+/**
+ * How long a collected command (its result handed out: wait answered, its
+ * foreground request or stream over) stays readable (seconds). 0: the spec's
+ * "the process is then removed from the tracked list".
+ */
+export const DEFAULT_KEEP_COLLECTED_SECONDS = 0;
 /** What all commands together leave to envd: its idle RSS (~60 MiB) and its 64 MiB budget above it. */
 export const DEFAULT_RESERVE_MEMORY_BYTES = 128 * 1024 * 1024;
 
-/** The longest --keep-finished: a week, and within what a Node timer holds. */
+/** The longest --keep-finished and --keep-collected: a week, and within what a Node timer holds. */
 export const MAX_KEEP_FINISHED_SECONDS = 7 * 24 * 3600;
 
 /**
@@ -50,8 +56,10 @@ export interface Config {
   readonly stateDir: string;
   /** A lone stream client's socket is lent to the command's holder, which writes the output to it itself. */
   readonly directOutput: boolean;
-  /** How long a finished command stays readable (exit, kept output, resumable streams) before it is freed. */
+  /** How long a finished command nobody has collected stays readable (exit, kept output, resumable streams) before it is freed. */
   readonly keepFinishedMs: number;
+  /** How long a collected command stays readable after its collection; 0 forgets it at once. */
+  readonly keepCollectedMs: number;
   /** Memory kept from all commands together for envd (cgroup mode): they get at most MemTotal less this. */
   readonly reserveMemoryBytes: number;
   /** Per-command cgroups where the host allows them (auto), or never (off: proc mode, e.g. a template that manages cgroups itself). */
@@ -90,8 +98,10 @@ Options (each also read from the environment variable shown):
                                                       (default /run/envd as root, else $XDG_RUNTIME_DIR/envd)
   --direct-output <on|off>    ENVD_DIRECT_OUTPUT      a lone stream client gets the output from the holder
                                                       directly, not through envd (default on)
-  --keep-finished <seconds>   ENVD_KEEP_FINISHED      how long a finished command's exit and kept output stay
-                                                      readable (default ${DEFAULT_KEEP_FINISHED_SECONDS}; 0: until collected)
+  --keep-finished <seconds>   ENVD_KEEP_FINISHED      how long a finished command nobody has collected (waited for)
+                                                      stays readable (default ${DEFAULT_KEEP_FINISHED_SECONDS}; 0: until collected)
+  --keep-collected <seconds>  ENVD_KEEP_COLLECTED     how long a collected command stays readable after its result
+                                                      was handed out (default ${DEFAULT_KEEP_COLLECTED_SECONDS}: forgotten at once)
   --reserve-memory <bytes>    ENVD_RESERVE_MEMORY     memory all commands together leave to envd (cgroup mode: they get at most
                                                       MemTotal less this; default ${DEFAULT_RESERVE_MEMORY_BYTES})
   --command-cgroups <auto|off> ENVD_COMMAND_CGROUPS  a cgroup per command where cgroup v2 is writable (auto), or
@@ -116,6 +126,7 @@ const OPTIONS = {
   'state-dir': { type: 'string', env: 'ENVD_STATE_DIR' },
   'direct-output': { type: 'string', env: 'ENVD_DIRECT_OUTPUT' },
   'keep-finished': { type: 'string', env: 'ENVD_KEEP_FINISHED' },
+  'keep-collected': { type: 'string', env: 'ENVD_KEEP_COLLECTED' },
   'entrypoint-file': { type: 'string', env: 'ENVD_ENTRYPOINT_FILE' },
   'reserve-memory': { type: 'string', env: 'ENVD_RESERVE_MEMORY' },
   'command-cgroups': { type: 'string', env: 'ENVD_COMMAND_CGROUPS' },
@@ -179,6 +190,9 @@ export function parseCli(argv: string[], env: NodeJS.ProcessEnv): CliAction {
   const keepFinished = parseInteger(read('keep-finished') ?? String(DEFAULT_KEEP_FINISHED_SECONDS), 0, MAX_KEEP_FINISHED_SECONDS);
   if (keepFinished === undefined) problems.push(`${describe('keep-finished')} must be a number of seconds from 0 to ${MAX_KEEP_FINISHED_SECONDS}, got ${JSON.stringify(read('keep-finished'))}`);
 
+  const keepCollected = parseInteger(read('keep-collected') ?? String(DEFAULT_KEEP_COLLECTED_SECONDS), 0, MAX_KEEP_FINISHED_SECONDS);
+  if (keepCollected === undefined) problems.push(`${describe('keep-collected')} must be a number of seconds from 0 to ${MAX_KEEP_FINISHED_SECONDS}, got ${JSON.stringify(read('keep-collected'))}`);
+
   const commandCgroups = read('command-cgroups') ?? 'auto';
   if (commandCgroups !== 'auto' && commandCgroups !== 'off') problems.push(`${describe('command-cgroups')} must be auto or off, got ${JSON.stringify(commandCgroups)}`);
   const reserveMemory = parseInteger(read('reserve-memory') ?? String(DEFAULT_RESERVE_MEMORY_BYTES), 0, 2 ** 40);
@@ -226,6 +240,7 @@ export function parseCli(argv: string[], env: NodeJS.ProcessEnv): CliAction {
       stateDir,
       directOutput: directOutput === 'on',
       keepFinishedMs: keepFinished! * 1000,
+      keepCollectedMs: keepCollected! * 1000,
       entrypointFile,
       reserveMemoryBytes: reserveMemory!,
       commandCgroups: commandCgroups as 'auto' | 'off',

@@ -29,7 +29,7 @@ describe('parseCli', () => {
     expect(run([])).toEqual({
       host: '0.0.0.0', port: 49983, accessToken: undefined, accessTokenFile: undefined, defaultUser: undefined,
       defaultWorkdir: undefined, maxOutputBytes: DEFAULT_MAX_OUTPUT_BYTES, logLevel: 'info', directOutput: true,
-      outputMemoryBytes: 33554432, maxSpoolBytes: 1073741824, keepFinishedMs: 600_000, ...defaultDirs(process.getuid!(), {}),
+      outputMemoryBytes: 33554432, maxSpoolBytes: 1073741824, keepFinishedMs: 600_000, keepCollectedMs: 0, ...defaultDirs(process.getuid!(), {}),
       entrypointFile: undefined, reserveMemoryBytes: 128 * 1024 * 1024, commandCgroups: 'auto',
     });
     expect(DEFAULT_MAX_OUTPUT_BYTES).toBe(67108864);
@@ -55,6 +55,15 @@ describe('parseCli', () => {
     expect(run([], { ENVD_KEEP_FINISHED: '30' }).keepFinishedMs).toBe(30_000);
     for (const bad of ['604801', '1.5', '10m', ' 5']) {
       expect(() => run(['--keep-finished', bad])).toThrow(/--keep-finished \(ENVD_KEEP_FINISHED\) must be a number of seconds from 0 to 604800/);
+    }
+  });
+
+  it('takes --keep-collected in seconds, 0 (the default: forgotten once collected) to a week, and refuses anything else naming it', () => {
+    expect(run([]).keepCollectedMs).toBe(0);
+    expect(run(['--keep-collected', '60']).keepCollectedMs).toBe(60_000);
+    expect(run([], { ENVD_KEEP_COLLECTED: '30' }).keepCollectedMs).toBe(30_000);
+    for (const bad of ['604801', '1.5', '10s', 'x']) {
+      expect(() => run(['--keep-collected', bad])).toThrow(/--keep-collected \(ENVD_KEEP_COLLECTED\) must be a number of seconds from 0 to 604800/);
     }
   });
 

@@ -35,8 +35,12 @@ export function checkLimits(limits: Limits, field: string): Limits {
   return limits;
 }
 
-/** The request's limits over the sandbox's defaults, field by field. */
+/**
+ * The request's limits over the sandbox's defaults, field by field; undefined
+ * when no field is set. `limits: {}` asks for no limit, so it needs no cgroup:
+ * like `/init { default_limits: {} }`, it is accepted on any machine.
+ */
 export function mergeLimits(defaults: Limits | undefined, given: Limits | undefined): Limits | undefined {
-  if (!defaults && !given) return undefined;
-  return { ...defaults, ...given };
+  const merged = { ...defaults, ...given };
+  return Object.keys(merged).length > 0 ? merged : undefined;
 }

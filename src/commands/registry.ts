@@ -56,8 +56,12 @@ export interface StartOptions {
  */
 export class ProcessRegistry {
   private readonly byPid = new Map<number, TrackedProcess>();
-  /** When each finished command is freed (--keep-finished after its end). */
+  /** When each finished command is freed (--keep-finished after its end, or --keep-collected after its collection). */
   private readonly expiries = new Map<TrackedProcess, NodeJS.Timeout>();
+  /** Answers being handed out (wait, attach, /output), per command: a collected command is forgotten once none is left. */
+  private readonly answers = new Map<TrackedProcess, number>();
+  /** Collected, forgotten once their answers in flight are out: no longer found, listed or waitable. */
+  private readonly leaving = new Set<TrackedProcess>();
   private detached = false;
   /** Set by killAll: no command starts any more. */
   private closing = false;
@@ -187,11 +191,18 @@ export class ProcessRegistry {
     return proc;
   }
 
+  /** A tracked command; not one already collected and about to be forgotten (its last answer still going out). */
   get(pid: number): TrackedProcess | undefined {
-    return this.byPid.get(pid);
+    const proc = this.byPid.get(pid);
+    return proc && !this.leaving.has(proc) ? proc : undefined;
   }
 
   list(): TrackedProcess[] {
+    return this.all().filter((proc) => !this.leaving.has(proc));
+  }
+
+  /** Every command envd follows, those about to be forgotten included (shutdown and restart reach them all). */
+  private all(): TrackedProcess[] {
     return [...this.byPid.values()];
   }
 
@@ -206,6 +217,7 @@ export class ProcessRegistry {
     this.byPid.delete(pid);
     clearTimeout(this.expiries.get(proc));
     this.expiries.delete(proc);
+    this.leaving.delete(proc);
     await proc.release();
     await this.state.removeCommand(proc.id);
     this.state.releaseSlot(proc.meta.slot);
@@ -221,7 +233,7 @@ export class ProcessRegistry {
     const deadline = new Promise<void>((resolve) => (timer = setTimeout(resolve, KILL_ALL_WAIT_MS)));
     // A command whose holder has not answered yet already runs: it is tracked once it answers, and killed with the rest.
     await Promise.race([Promise.allSettled([...this.starting]), deadline]);
-    const all = this.list();
+    const all = this.all();
     for (const proc of all) if (proc.cgroup) proc.cgroup.cgroups.kill(proc.cgroup.id);
     killProcessTrees(all.flatMap((proc) => proc.tree() ?? []));
     await Promise.race([Promise.all(all.map((proc) => proc.finished)), deadline]);
@@ -232,13 +244,47 @@ export class ProcessRegistry {
   }
 
   /**
-   * The command's result has been handed out (its foreground request answered, its stream over, `wait`
-   * answered): it stays readable until --keep-finished after its end, unless that is 0.
+   * The command's result has been handed out (its foreground request answered, its stream's `exit` sent,
+   * `wait` answered): the spec's "the process is then removed from the tracked list". It is forgotten
+   * once the answers still going out are, or --keep-collected later.
    */
   collect(proc: TrackedProcess): void {
     proc.collected = true;
-    if (this.config.keepFinishedMs === 0) void this.forget(proc.pid, proc);
-    else this.evictFinished();
+    // Gone for every request from now on, even while an answer is still going out.
+    if (this.config.keepCollectedMs === 0) this.leaving.add(proc);
+    if (!this.answers.has(proc)) this.expireCollected(proc);
+  }
+
+  /**
+   * A result or output is being handed out (`wait` from before the command
+   * ended, an attach's replay, `/output`), until the answer is out or its
+   * client gone: a collection meanwhile forgets the command only when the last
+   * such answer is out, so that two waiters both get the result and an
+   * attacher still replaying is not cut. Call the returned function once it is over.
+   */
+  answering(proc: TrackedProcess): () => void {
+    this.answers.set(proc, (this.answers.get(proc) ?? 0) + 1);
+    let over = false;
+    return () => {
+      if (over) return;
+      over = true;
+      const left = this.answers.get(proc)! - 1;
+      if (left > 0) return void this.answers.set(proc, left);
+      this.answers.delete(proc);
+      if (proc.collected) this.expireCollected(proc);
+    };
+  }
+
+  /** A collected command is forgotten now (--keep-collected 0), or that long from now. */
+  private expireCollected(proc: TrackedProcess): void {
+    if (this.byPid.get(proc.pid) !== proc || this.detached) return;
+    clearTimeout(this.expiries.get(proc));
+    this.expiries.delete(proc);
+    if (this.config.keepCollectedMs === 0) return void this.forget(proc.pid, proc);
+    const timer = setTimeout(() => void this.forget(proc.pid, proc), this.config.keepCollectedMs);
+    timer.unref();
+    this.expiries.set(proc, timer);
+    this.evictFinished();
   }
 
   /** A restart, not a shutdown: leaves every command running with its holder, for the next envd to re-adopt. */
@@ -246,7 +292,7 @@ export class ProcessRegistry {
     this.detached = true;
     for (const timer of this.expiries.values()) clearTimeout(timer);
     this.expiries.clear();
-    for (const proc of this.list()) proc.detach();
+    for (const proc of this.all()) proc.detach();
     this.byPid.clear();
     this.spawner.close();
     this.state.close();
@@ -397,12 +443,15 @@ export class ProcessRegistry {
     }
   }
 
-  /** A command has ended: it is freed --keep-finished after its end, or earlier if too many or too much is kept. */
+  /**
+   * A command has ended: nobody has collected it yet, so it is freed --keep-finished after its end (0: not
+   * for time), or earlier if too many or too much is kept.
+   */
   private onFinished(proc: TrackedProcess): void {
     if (this.byPid.get(proc.pid) !== proc || this.detached) return;
     this.evictFinished();
-    // --keep-finished 0: no time limit; a command is freed once collected (and a background one waits for its wait).
-    if (this.config.keepFinishedMs === 0) return;
+    // Collected meanwhile: --keep-collected rules it.
+    if (this.config.keepFinishedMs === 0 || proc.collected) return;
     const left = Math.max(0, (proc.endedAt?.getTime() ?? Date.now()) + this.config.keepFinishedMs - Date.now());
     const timer = setTimeout(() => void this.forget(proc.pid, proc), left);
     timer.unref();
@@ -417,7 +466,7 @@ export class ProcessRegistry {
    */
   private evictFinished(): void {
     const ended = (proc: TrackedProcess) => proc.endedAt?.getTime() ?? 0;
-    const finished = [...this.byPid.values()].filter((proc) => !proc.running);
+    const finished = [...this.byPid.values()].filter((proc) => !proc.running && !this.leaving.has(proc));
     // This runs as each command ends: the common case (few kept, budgets free) must cost no sort.
     if (finished.length <= this.limits.maxFinishedKept && !finished.some((proc) => proc.collected)) return;
     // What is kept now, less what the commands freed here held (their files go asynchronously).

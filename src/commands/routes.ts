@@ -28,6 +28,7 @@ import {
   StreamBody,
 } from './schemas.js';
 import { keptOutput, type OutputQuery as OutputQueryValue } from './output.js';
+import { parkUntilFinished } from './long-poll.js';
 import { commandResult } from './result.js';
 import { resumeCursor } from './resume.js';
 import { prepareCommand } from './spawn.js';
@@ -98,9 +99,10 @@ export const commandRoutes: FastifyPluginAsyncTypebox<CommandRoutesOptions> = as
       // Everything that can fail with a JSON error happens before the stream starts.
       const prepared = await prepareCommand(request.body, state);
       const proc = await processes.start(prepared, { background: false, timeoutMs: timeoutMs(request.body.timeout), streamed: true });
-      // The stream owns the command: forgotten once it has ended and the stream is over (sent out, or cut by the client).
-      const streamOver = new Promise((resolve) => reply.raw.once('close', resolve));
-      void Promise.all([proc.finished, streamOver]).then(() => processes.collect(proc));
+      // The stream owns the command: collected once its `exit` event went out whole. A stream its client cut
+      // leaves the command uncollected (killed, kept for --keep-finished), so that the client can resume it.
+      const delivered = new Promise<boolean>((resolve) => reply.raw.once('close', () => resolve(reply.raw.writableFinished)));
+      void Promise.all([proc.finished, delivered]).then(([, whole]) => whole && processes.collect(proc));
       await streamProcess(request, reply, proc, { killOnDisconnect: true, lendSocket: config.directOutput });
     },
   );
@@ -166,6 +168,8 @@ export const commandRoutes: FastifyPluginAsyncTypebox<CommandRoutesOptions> = as
     async (request, reply) => {
       const proc = tracked(request.params.pid);
       const from = await resumeCursor(proc, request.query.from, request.headers['last-event-id']);
+      // A collection meanwhile (a wait) forgets the command only once this replay is over: its log must stay.
+      reply.raw.once('close', processes.answering(proc));
       // An attacher only watches: its leaving never kills the command.
       await streamProcess(request, reply, proc, { killOnDisconnect: false, lendSocket: config.directOutput, from });
     },
@@ -185,7 +189,9 @@ export const commandRoutes: FastifyPluginAsyncTypebox<CommandRoutesOptions> = as
     async (request, reply) => {
       // The schema allows only the two names; the type provider cannot see through Unsafe.
       const query = request.query as OutputQueryValue;
-      const answer = await keptOutput(tracked(request.params.pid), query, request.headers.range);
+      const proc = tracked(request.params.pid);
+      reply.raw.once('close', processes.answering(proc));
+      const answer = await keptOutput(proc, query, request.headers.range);
       return reply.code(answer.status).headers(answer.headers).send(answer.body);
     },
   );
@@ -194,7 +200,7 @@ export const commandRoutes: FastifyPluginAsyncTypebox<CommandRoutesOptions> = as
     '/:pid/wait',
     {
       schema: {
-        summary: 'Wait for a process to end and get its result (408 past timeout_ms while it runs)',
+        summary: 'Wait for a process to end and get its result, then forget it (408 past timeout_ms while it runs; process not found once collected)',
         params: PidParams,
         querystring: WaitQuery,
         response: { 200: CommandResult, ...errors },
@@ -204,7 +210,13 @@ export const commandRoutes: FastifyPluginAsyncTypebox<CommandRoutesOptions> = as
       const pid = Number(request.params.pid);
       const proc = processes.get(pid);
       if (!proc) return NOT_FOUND_RESULT;
-      await finishedWithin(proc, request.query.timeout_ms);
+      // Until this answer is out (or its client gone), a collection by another waiter leaves the command for it.
+      reply.raw.once('close', processes.answering(proc));
+      const { timeout_ms: timeout } = request.query;
+      const outcome = await parkUntilFinished(proc, reply.raw, timeout);
+      // Nobody is left to answer: the request lets go of everything now, the command runs on uncollected.
+      if (outcome === 'gone') return reply;
+      if (outcome === 'expired') throw new HttpError(408, `pid ${proc.pid} is still running after ${timeout} ms; wait again`);
       return sendResult(reply, proc, () => processes.collect(proc));
     },
   );
@@ -263,25 +275,10 @@ export const commandRoutes: FastifyPluginAsyncTypebox<CommandRoutesOptions> = as
   );
 };
 
-/** Resolves when the command has finished; a 408 once `timeoutMs` have passed first (the command runs on). */
-async function finishedWithin(proc: TrackedProcess, timeoutMs: number | undefined): Promise<void> {
-  if (timeoutMs === undefined) {
-    await proc.finished;
-    return;
-  }
-  let timer: NodeJS.Timeout | undefined;
-  const expired = new Promise<'expired'>((resolve) => (timer = setTimeout(() => resolve('expired'), timeoutMs)));
-  try {
-    if ((await Promise.race([proc.finished, expired])) === 'expired') throw new HttpError(408, `pid ${proc.pid} is still running after ${timeoutMs} ms; wait again`);
-  } finally {
-    clearTimeout(timer);
-  }
-}
-
 /**
  * Answers with a finished command's result, then marks the command collected
- * (it stays readable for --keep-finished; with 0 it is freed, once the answer
- * has been read out of its log).
+ * (forgotten once the answer has been read out of its log, or --keep-collected
+ * later).
  */
 async function sendResult(reply: FastifyReply, proc: TrackedProcess, collect: () => void): Promise<CommandResultValue | FastifyReply> {
   const result = await commandResult(proc);

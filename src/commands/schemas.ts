@@ -106,7 +106,7 @@ export const ProcessInfo = Type.Object({
 export type ProcessInfo = Static<typeof ProcessInfo>;
 
 export const ListQuery = Type.Object(
-  { finished: Type.Optional(Type.Boolean({ description: 'Also list finished commands whose result was collected (still kept for --keep-finished)' })) },
+  { finished: Type.Optional(Type.Boolean({ description: 'Also list finished commands whose result was collected (kept for --keep-collected, 0 by default)' })) },
   { additionalProperties: false },
 );
 

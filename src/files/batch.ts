@@ -1,4 +1,5 @@
 import { link, rename, rm } from 'node:fs/promises';
+import { dirname } from 'node:path';
 import { badRequest, errnoToHttpError } from '../errors.js';
 import { prepareTarget, tempPathFor, writeTemp } from './atomic-write.js';
 import type { Owner } from './paths.js';
@@ -24,6 +25,22 @@ export function rejectDuplicates(paths: string[]): void {
   paths.forEach((path, index) => {
     if (seen.has(path)) throw badRequest(`files[${index}].path: ${path} appears more than once in the batch`);
     seen.add(path);
+  });
+}
+
+/**
+ * Throws 400 when one entry's path lies inside another's (`/d/a` and
+ * `/d/a/b`): one of them would have to be a file and a directory at once.
+ * Checked before anything is created, so nothing is left behind, not even the
+ * directory the inner entry would have needed.
+ */
+export function rejectNested(paths: string[]): void {
+  const index = new Map(paths.map((path, i) => [path, i]));
+  paths.forEach((path, i) => {
+    for (let parent = dirname(path); parent !== '/'; parent = dirname(parent)) {
+      const outer = index.get(parent);
+      if (outer !== undefined) throw badRequest(`files[${i}].path: ${path} is inside files[${outer}].path ${parent}, which the batch writes as a file`);
+    }
   });
 }
 
@@ -76,6 +93,7 @@ export async function renameAllOrNone(staged: Staged[]): Promise<void> {
  */
 export async function writeBatch(entries: BatchEntry[], owner: Owner | undefined): Promise<{ path: string; size: number }[]> {
   rejectDuplicates(entries.map((e) => e.path));
+  rejectNested(entries.map((e) => e.path));
   const modes: number[] = [];
   for (const entry of entries) modes.push(await prepareTarget(entry.path, owner));
   // Staged a few dozen at a time: each is a write and an fsync, and the disk

@@ -31,8 +31,9 @@ export async function validateInit(body: InitRequest, limitsRefused?: string): P
   if (body.default_user !== undefined) plan.defaultUser = (await resolveUser(body.default_user, 'default_user')).name;
   if (body.default_workdir !== undefined) plan.defaultWorkdir = await checkWorkdir(body.default_workdir);
   if (body.default_limits !== undefined) {
-    if (limitsRefused !== undefined && Object.keys(body.default_limits).length > 0) throw conflict(`default_limits: ${limitsRefused}`);
+    // Bad values are a 400 on any machine; only valid limits that need cgroups are refused (409) without them.
     plan.defaultLimits = checkLimits(body.default_limits, 'default_limits');
+    if (limitsRefused !== undefined && Object.keys(body.default_limits).length > 0) throw conflict(`default_limits: ${limitsRefused}`);
   }
   return plan;
 }

@@ -47,10 +47,26 @@ describe('in proc mode (this host)', () => {
     [{ cpu: 1025 }, /cpu must be from 0.01 to 1024 cores/],
     [{ memory: 1 }, /must NOT have additional properties/],
     [{ pids: 2.5 }, /must be integer/],
-  ])('answers 400 for limits %j before anything else', async (limits, message) => {
+  ])('answers 400 for limits %j before anything else, on POST /commands and on /init default_limits alike', async (limits, message) => {
     const { status, body } = await server.json('POST', '/commands', { cmd: 'true', limits });
     expect(status).toBe(400);
     expect(body.message).toMatch(message);
+    // Issue 37: a bad value is a bad request on any machine, not "no cgroups here" (409).
+    const init = await server.json('POST', '/init', { default_limits: limits });
+    expect(init.status).toBe(400);
+    expect(init.body.message).toMatch(message);
+  });
+
+  it('answers 400 for /init default_limits { memory_bytes: -1 }, not 409', async () => {
+    const { status, body } = await server.json('POST', '/init', { default_limits: { memory_bytes: -1 } });
+    expect({ status, message: body.message }).toEqual({ status: 400, message: expect.stringMatching(/^default_limits\/memory_bytes must be from 8388608/) });
+  });
+
+  it('takes limits: {} (no limit asked for) like /init default_limits: {}, cgroups or not', async () => {
+    expect((await server.json('POST', '/init', { default_limits: {} })).status).toBe(204);
+    const { status, body } = await server.json('POST', '/commands', { cmd: 'echo free', limits: {} });
+    expect({ status, stdout: body.stdout }).toEqual({ status: 200, stdout: 'free\n' });
+    expect((await server.json('POST', '/commands', { cmd: 'true', background: true, limits: {} })).status).toBe(200);
   });
 
   it('tells why each command ended: exited, signaled, timed_out, killed', async () => {

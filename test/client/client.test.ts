@@ -7,6 +7,12 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
 let server: TestServer;
+
+/** Until the command has ended, without collecting it. */
+async function untilEnded(c: EnvdClient, pid: number): Promise<void> {
+  while ((await c.commands.list()).some((p) => p.pid === pid && p.running)) await new Promise((resolve) => setTimeout(resolve, 20));
+}
+
 let client: EnvdClient;
 let dir: string;
 /** Who runs the commands this file kills within ~100 ms of their start: a plain user when root (see below). */
@@ -46,7 +52,8 @@ describe('the typed client on a real envd', () => {
 
   it('resumes an attach from an id with no byte twice and none skipped', async () => {
     const { pid } = await client.commands.start({ cmd: 'for i in $(seq 1 50); do echo line$i; done' });
-    await client.commands.wait(pid);
+    // Ended but not collected: a wait would forget the pid (the spec), and there would be nothing to attach to.
+    await untilEnded(client, pid);
     let firstId: string | undefined;
     let head = '';
     for await (const event of client.commands.attach(pid)) {
@@ -72,7 +79,10 @@ describe('the typed client on a real envd', () => {
     expect((await client.commands.list()).some((p) => p.pid === sleeper.pid)).toBe(true);
     await client.commands.signal(sleeper.pid, 'SIGTERM');
     expect((await client.commands.wait(sleeper.pid)).signal).toBe('SIGTERM');
-    expect(await client.commands.kill(sleeper.pid)).toBe(true);
+    // Waited for: forgotten, so there is nothing left to kill.
+    expect(await client.commands.kill(sleeper.pid)).toBe(false);
+    const other = await client.commands.start({ cmd: 'sleep 30', user: killedAs });
+    expect(await client.commands.kill(other.pid)).toBe(true);
   });
 
   it('reads and writes files and lists them', async () => {

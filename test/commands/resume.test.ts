@@ -18,6 +18,9 @@ const background = async (server: TestServer, body: Record<string, unknown>): Pr
 };
 const attach = (server: TestServer, pid: number, from?: string, how: 'header' | 'query' = 'header') =>
   server.call('GET', `/commands/${pid}/stream${from !== undefined && how === 'query' ? `?from=${from}` : ''}`, undefined, from !== undefined && how === 'header' ? { headers: { 'last-event-id': from } } : {});
+/** Until the command has ended, without collecting it (a `wait` would: the spec forgets a waited pid). */
+const ended = (server: TestServer, pid: number) =>
+  waitFor(async () => (await server.json('GET', '/commands')).body.processes.some((p: any) => p.pid === pid && !p.running), 10_000, `pid ${pid} to end`);
 const textOf = (events: SseEvent[], stream = 'stdout') => events.filter((e) => e.event === stream).map((e) => e.data.data).join('');
 
 describe('resuming a stream', () => {
@@ -76,7 +79,7 @@ describe('resuming a stream', () => {
     const server = await startServer({ defaultUser: fixture.user.name, maxOutputBytes: 1000 });
     try {
       const pid = await background(server, { cmd: 'head -c 5000 /dev/zero | tr "\\0" a; echo end >&2' });
-      await server.json('GET', `/commands/${pid}/wait`);
+      await ended(server, pid);
       const events = await collectEvents(await attach(server, pid), { ids: true });
       expect(textOf(events)).toBe('a'.repeat(1000));
       expect(events.filter((e) => e.event === 'truncated')).toEqual([{ event: 'truncated', data: { stream: 'stdout', bytes: 4000 }, id: '5000-4' }]);
@@ -95,7 +98,7 @@ describe('resuming a stream', () => {
 
   it('answers 400 for a position that is not an id of envd, 416 for one past the output, before the stream starts', async () => {
     const pid = await background(fixture.server, { cmd: 'echo hello' });
-    await fixture.server.json('GET', `/commands/${pid}/wait`);
+    await ended(fixture.server, pid);
     for (const bad of ['abc', '1', '1-2-3', '-1-0', '1e3-0', '99999999999999999-0']) {
       const response = await attach(fixture.server, pid, bad);
       expect(response.status, bad).toBe(400);
@@ -108,6 +111,17 @@ describe('resuming a stream', () => {
     expect(past.status).toBe(416);
     expect((await past.json()).message).toMatch(/past the output of pid \d+ \(6 bytes of stdout, 0 of stderr so far\)/);
     expect((await attach(fixture.server, pid, '6-0')).status).toBe(200);
+  });
+});
+
+describe('an empty ?from= beside Last-Event-ID', () => {
+  it('resumes from the header, as if the query were absent (issue 37)', async () => {
+    const pid = await background(fixture.server, { cmd: 'echo first; echo second' });
+    await ended(fixture.server, pid);
+    const resumed = await collectEvents(await fixture.server.call('GET', `/commands/${pid}/stream?from=`, undefined, { headers: { 'last-event-id': '6-0' } }));
+    expect(textOf(resumed)).toBe('second\n');
+    // With no header either: the whole output, from the start.
+    expect(textOf(await collectEvents(await fixture.server.call('GET', `/commands/${pid}/stream?from=`)))).toBe('first\nsecond\n');
   });
 });
 
@@ -125,7 +139,7 @@ describe('wait with timeout_ms', () => {
 describe('GET /commands/{pid}/output', () => {
   it('reads the kept bytes of a stream: from and limit, or a Range, with what was written and kept', async () => {
     const pid = await background(fixture.server, { cmd: 'printf "0123456789"; printf "err" >&2' });
-    await fixture.server.json('GET', `/commands/${pid}/wait`);
+    await ended(fixture.server, pid);
     const read = async (query: string, headers: Record<string, string> = {}) => {
       const response = await fixture.server.call('GET', `/commands/${pid}/output${query}`, undefined, { headers });
       return { status: response.status, text: await response.text(), headers: response.headers };
@@ -153,7 +167,7 @@ describe('GET /commands/{pid}/output', () => {
     const server = await startServer({ defaultUser: fixture.user.name, maxOutputBytes: 100 });
     try {
       const pid = await background(server, { cmd: 'head -c 300 /dev/zero | tr "\\0" z' });
-      await server.json('GET', `/commands/${pid}/wait`);
+      await ended(server, pid);
       const response = await server.call('GET', `/commands/${pid}/output`);
       expect(await response.text()).toBe('z'.repeat(100));
       expect([response.headers.get('x-envd-kept-bytes'), response.headers.get('x-envd-written-bytes')]).toEqual(['100', '300']);
@@ -164,8 +178,8 @@ describe('GET /commands/{pid}/output', () => {
 });
 
 describe('finished commands kept on purpose', () => {
-  it('keeps a finished command readable for --keep-finished after it ended, then frees it', async () => {
-    const server = await startServer({ defaultUser: fixture.user.name, keepFinishedMs: 600 });
+  it('keeps a collected command readable for --keep-collected after its collection, then frees it', async () => {
+    const server = await startServer({ defaultUser: fixture.user.name, keepCollectedMs: 600 });
     try {
       const { body } = await server.json('POST', '/commands', { cmd: 'echo kept' });
       expect(body.stdout).toBe('kept\n');
@@ -176,6 +190,24 @@ describe('finished commands kept on purpose', () => {
       expect((await server.json('GET', `/commands/${pid}/wait`)).body).toEqual({ stdout: 'kept\n', stderr: '', exit_code: 0, reason: 'exited' });
       await waitFor(() => server.app.envd.processes.get(pid) === undefined, 5_000, 'the command to be freed');
       expect((await server.json('GET', '/commands?finished=true')).body.processes).toEqual([]);
+      expect((await server.json('GET', `/commands/${pid}/wait`)).body.stderr).toContain('process not found');
+    } finally {
+      await server.close();
+    }
+  });
+
+  it('keeps a finished command nobody collected readable for --keep-finished after it ended, then frees it', async () => {
+    const server = await startServer({ defaultUser: fixture.user.name, keepFinishedMs: 800 });
+    try {
+      const pid = await background(server, { cmd: 'echo left' });
+      await ended(server, pid);
+      // Read as often as wanted: none of these collects it.
+      for (let i = 0; i < 2; i++) {
+        expect(await (await server.call('GET', `/commands/${pid}/output`)).text()).toBe('left\n');
+        expect(textOf(await collectEvents(await attach(server, pid)))).toBe('left\n');
+      }
+      await waitFor(() => server.app.envd.processes.get(pid) === undefined, 5_000, 'the command to be freed');
+      expect((await server.json('GET', `/commands/${pid}/wait`)).body.stderr).toContain('process not found');
     } finally {
       await server.close();
     }

@@ -40,8 +40,8 @@ describe('POST /commands/stream', () => {
       { event: 'stdout', data: { stream: 'stdout', data: 'thrée' } },
       { event: 'exit', data: { exit_code: 4, reason: 'exited' } },
     ]);
-    // Its stream is over: collected, so listed only when finished ones are asked for.
-    await waitFor(() => fixture.server.app.envd.processes.get(events[0]!.data.pid)?.collected === true, 5_000, 'the command to be collected');
+    // Its exit went out: collected, and so forgotten (the spec: "then removed from the tracked list").
+    await waitFor(() => fixture.server.app.envd.processes.get(events[0]!.data.pid) === undefined, 5_000, 'the command to be forgotten');
   });
 
   it('writes each event as one event: line, an id: line for output, and one JSON data: line', async () => {
@@ -106,7 +106,8 @@ describe('POST /commands/stream', () => {
     await waitFor(() => findProcesses(marker).length === 1, 10_000, 'the command to start');
     abort.abort();
     await waitFor(() => findProcesses(marker).length === 0, 5_000, 'the command to be killed');
-    await waitFor(() => fixture.server.app.envd.processes.list().every((proc) => !proc.running && proc.collected), 5_000, 'the command to be collected');
+    // Its client never got the exit: killed but not collected, so that the client can resume it.
+    await waitFor(() => fixture.server.app.envd.processes.list().every((proc) => !proc.running && !proc.collected), 5_000, 'the command to end uncollected');
   });
 });
 
