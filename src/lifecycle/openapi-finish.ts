@@ -57,6 +57,7 @@ function describeOperation(operation: JsonObject, doc: OperationDoc): void {
     ];
   }
   for (const [status, headers] of Object.entries(doc.responseHeaders ?? {})) {
+    if (Number(status) >= 400) continue; // describeErrors sets those
     const response = operation.responses[status];
     if (!response) throw new Error(`OpenAPI: ${doc.operationId} gives headers for ${status}, which it does not answer`);
     response.headers = Object.fromEntries(headers.map(({ name, description, type = 'string' }) => [name, { description, schema: { type } }]));
@@ -84,9 +85,12 @@ function describeErrors(operation: JsonObject, doc: OperationDoc | undefined): v
     if (!/^[45]\d\d$/.test(status)) continue;
     const text = STATUS_TEXT[Number(status)];
     const description = response.description === undefined || response.description === ErrorSchema.description ? text : response.description;
-    responses[status] = { description: description ?? 'Error', ...(response.headers ? { headers: response.headers } : {}), content: { 'application/json': { schema: ErrorSchema } } };
+    responses[status] = { description: description ?? 'Error', content: { 'application/json': { schema: ErrorSchema } } };
   }
-  if (responses['416']) responses['416'].headers = { 'Content-Range': { description: '`bytes */size`: how many bytes there are', schema: { type: 'string' } } };
+  for (const [status, headers] of Object.entries(doc?.responseHeaders ?? {})) {
+    if (Number(status) < 400) continue;
+    responses[status].headers = Object.fromEntries(headers.map(({ name, description, type = 'string' }) => [name, { description, schema: { type } }]));
+  }
   operation.responses = Object.fromEntries(Object.entries(responses).sort(([a], [b]) => a.localeCompare(b)));
 }
 

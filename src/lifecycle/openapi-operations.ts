@@ -65,6 +65,7 @@ const FS_WRITE = [...FS_READ, 408, 409, 413, 507] as const;
 const COMMAND_START = [403, 409, 413] as const;
 
 const RANGE: RequestHeader = { name: 'Range', description: 'A single `bytes=start-end` range (also `start-` and `-suffix`); answered with 206' };
+const UNSATISFIABLE: ResponseHeader[] = [{ name: 'Content-Range', description: '`bytes */size`: how many bytes there are' }];
 const PARTIAL = (what: string): ResponseHeader[] => [
   { name: 'Content-Range', description: `\`bytes start-end/size\` of the ${what} (206 only)` },
   { name: 'Accept-Ranges', description: '`bytes`' },
@@ -105,6 +106,7 @@ export const OPERATIONS: Record<string, OperationDoc> = {
         { name: 'x-envd-written-bytes', type: 'integer', description: 'How many bytes the command wrote to the stream' },
         ...PARTIAL('kept output'),
       ],
+      416: UNSATISFIABLE,
     },
   },
   'GET /commands/{pid}/wait': { operationId: 'waitCommand', tag: 'commands', errors: [408] },
@@ -115,7 +117,7 @@ export const OPERATIONS: Record<string, OperationDoc> = {
   'POST /commands/{pid}/resize': { operationId: 'resizeCommand', tag: 'commands', errors: [404, 409, 413] },
 
   'PUT /files/raw': { operationId: 'uploadFile', tag: 'files', errors: FS_WRITE, headers: [{ name: 'Content-Length', description: 'Past the upload limit: 413 before any byte is written' }] },
-  'GET /files/raw': { operationId: 'downloadFile', tag: 'files', errors: [...FS_READ, 416], headers: [RANGE], responseHeaders: { 200: PARTIAL('file'), 206: PARTIAL('file') } },
+  'GET /files/raw': { operationId: 'downloadFile', tag: 'files', errors: [...FS_READ, 416], headers: [RANGE], responseHeaders: { 200: PARTIAL('file'), 206: PARTIAL('file'), 416: UNSATISFIABLE } },
   'POST /files/batch': { operationId: 'writeFiles', tag: 'files', errors: FS_WRITE },
   'POST /files': { operationId: 'writeFile', tag: 'files', errors: FS_WRITE },
   'GET /files': { operationId: 'readFile', tag: 'files', errors: [...FS_READ, 413] },
