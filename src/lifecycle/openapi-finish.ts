@@ -1,6 +1,6 @@
 import { ErrorSchema } from '../errors.js';
 import { extractComponents } from './openapi-components.js';
-import { OPERATIONS, STATUS_TEXT, TAGS, type OperationDoc } from './openapi-operations.js';
+import { OPERATIONS, STATUS_TEXT, TAGS, type OperationDoc, type ResponseHeader } from './openapi-operations.js';
 
 type JsonObject = Record<string, any>;
 
@@ -13,14 +13,6 @@ const METHODS = ['get', 'put', 'post', 'delete', 'patch', 'head', 'options'];
 const EVENT_STREAM_TEXT =
   'Server-sent events (text/event-stream). Each event is an `event:` line naming it and one `data:` line of JSON; ' +
   '`x-events` maps each event name to the schema of its data. Lines starting with `:` are keep-alives (every 15 s). ';
-const COMMAND_STREAM_TEXT =
-  'Output events (stdout, stderr, truncated) carry an `id:` `<stdout bytes>-<stderr bytes>`: the position in each stream after the event ' +
-  '(decimal byte counts of what the command wrote). Sent back as `Last-Event-ID` (or `?from=`) to GET /commands/{pid}/stream, the stream resumes ' +
-  'right after it: nothing twice, nothing skipped. No `retry:` is sent: a reconnect is the client\'s choice (POSTing again runs the command again). ' +
-  'The last event is `exit`; then the response ends.';
-const WATCH_STREAM_TEXT =
-  'First `ready`, then one `change` per create, modify or delete. Events carry no `id:` and no `retry:` is sent: a watch cannot be resumed, ' +
-  'and a new one misses the changes in between (list the directory again after its `ready`). An `error` event ends the stream.';
 
 /**
  * Completes the document @fastify/swagger generated (with describeRoute) into
@@ -60,18 +52,12 @@ function describeOperation(operation: JsonObject, doc: OperationDoc): void {
     if (Number(status) >= 400) continue; // describeErrors sets those
     const response = operation.responses[status];
     if (!response) throw new Error(`OpenAPI: ${doc.operationId} gives headers for ${status}, which it does not answer`);
-    response.headers = Object.fromEntries(headers.map(({ name, description, type = 'string' }) => [name, { description, schema: { type } }]));
+    response.headers = headerObjects(headers);
   }
   if (doc.events) {
-    const { description } = operation.responses['200'] ?? {};
     operation.responses['200'] = {
-      description: doc.operationId === 'watchDirectory' ? 'The watch is armed: its events follow' : (description ?? 'The stream of events'),
-      content: {
-        'text/event-stream': {
-          schema: { type: 'string', description: EVENT_STREAM_TEXT + (doc.operationId === 'watchDirectory' ? WATCH_STREAM_TEXT : COMMAND_STREAM_TEXT) },
-          'x-events': doc.events,
-        },
-      },
+      description: doc.events.success,
+      content: { 'text/event-stream': { schema: { type: 'string', description: EVENT_STREAM_TEXT + doc.events.framing }, 'x-events': doc.events.data } },
     };
   }
 }
@@ -89,9 +75,13 @@ function describeErrors(operation: JsonObject, doc: OperationDoc | undefined): v
   }
   for (const [status, headers] of Object.entries(doc?.responseHeaders ?? {})) {
     if (Number(status) < 400) continue;
-    responses[status].headers = Object.fromEntries(headers.map(({ name, description, type = 'string' }) => [name, { description, schema: { type } }]));
+    responses[status].headers = headerObjects(headers);
   }
   operation.responses = Object.fromEntries(Object.entries(responses).sort(([a], [b]) => a.localeCompare(b)));
+}
+
+function headerObjects(headers: readonly ResponseHeader[]): JsonObject {
+  return Object.fromEntries(headers.map(({ name, description, type = 'string' }) => [name, { description, schema: { type } }]));
 }
 
 /** Bytes are bytes: `format: binary` wherever the body is not JSON or events (uploads, downloads, archives, output). */

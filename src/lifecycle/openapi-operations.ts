@@ -21,9 +21,36 @@ export interface OperationDoc {
   headers?: readonly RequestHeader[];
   /** Response headers per success status. */
   responseHeaders?: Record<number, readonly ResponseHeader[]>;
-  /** A server-sent-event stream: event name to the schema of its `data`. */
-  events?: Record<string, TSchema>;
+  /** A server-sent-event stream: its events and how they are framed. */
+  events?: EventStream;
 }
+
+export interface EventStream {
+  /** Event name to the schema of its `data`: the document's `x-events`. */
+  data: Record<string, TSchema>;
+  /** The 200 answer's description. */
+  success: string;
+  /** What the events' ids and retry mean. */
+  framing: string;
+}
+
+const COMMAND_STREAM: EventStream = {
+  data: CommandEvents,
+  success: 'The command runs: start, its output, then exit',
+  framing:
+    'Output events (stdout, stderr, truncated) carry an `id:` `<stdout bytes>-<stderr bytes>`: the position in each stream after the event ' +
+    '(decimal byte counts of what the command wrote). Sent back as `Last-Event-ID` (or `?from=`) to GET /commands/{pid}/stream, the stream resumes ' +
+    "right after it: nothing twice, nothing skipped. No `retry:` is sent: a reconnect is the client's choice (POSTing again runs the command again). " +
+    'The last event is `exit`; then the response ends.',
+};
+
+const WATCH_STREAM: EventStream = {
+  data: WatchEvents,
+  success: 'The watch is armed: ready, then its changes',
+  framing:
+    'First `ready`, then one `change` per create, modify or delete. Events carry no `id:` and no `retry:` is sent: a watch cannot be resumed, ' +
+    'and a new one misses the changes in between (list the directory again after its `ready`). An `error` event ends the stream.',
+};
 
 export type Tag = 'lifecycle' | 'commands' | 'files';
 
@@ -37,7 +64,7 @@ interface RequestHeader {
   name: string;
   description: string;
 }
-interface ResponseHeader {
+export interface ResponseHeader {
   name: string;
   description: string;
   type?: 'string' | 'integer';
@@ -65,6 +92,10 @@ const FS_WRITE = [...FS_READ, 408, 409, 413, 507] as const;
 const COMMAND_START = [403, 409, 413] as const;
 
 const RANGE: RequestHeader = { name: 'Range', description: 'A single `bytes=start-end` range (also `start-` and `-suffix`); answered with 206' };
+const KEPT: ResponseHeader[] = [
+  { name: 'x-envd-kept-bytes', type: 'integer', description: 'How many bytes of the stream are kept (the resource a range addresses)' },
+  { name: 'x-envd-written-bytes', type: 'integer', description: 'How many bytes the command wrote to the stream (more than kept once the cap or the budgets cut it)' },
+];
 const UNSATISFIABLE: ResponseHeader[] = [{ name: 'Content-Range', description: '`bytes */size`: how many bytes there are' }];
 const PARTIAL = (what: string): ResponseHeader[] => [
   { name: 'Content-Range', description: `\`bytes start-end/size\` of the ${what} (206 only)` },
@@ -80,7 +111,7 @@ export const OPERATIONS: Record<string, OperationDoc> = {
   'GET /openapi.json': { operationId: 'getOpenApiDocument', tag: 'lifecycle' },
 
   'POST /commands': { operationId: 'runCommand', tag: 'commands', errors: [...COMMAND_START, 404] },
-  'POST /commands/stream': { operationId: 'streamCommand', tag: 'commands', errors: [...COMMAND_START, 404], events: CommandEvents },
+  'POST /commands/stream': { operationId: 'streamCommand', tag: 'commands', errors: [...COMMAND_START, 404], events: COMMAND_STREAM },
   'GET /commands': { operationId: 'listCommands', tag: 'commands' },
   'GET /commands/{pid}/stats': { operationId: 'getCommandStats', tag: 'commands', errors: [404, 409] },
   'GET /commands/{pid}/stream': {
@@ -88,26 +119,14 @@ export const OPERATIONS: Record<string, OperationDoc> = {
     tag: 'commands',
     errors: [404, 409, 416],
     headers: [{ name: 'Last-Event-ID', description: 'Resume after this event id (`<stdout bytes>-<stderr bytes>`), as an EventSource sends it on reconnecting; `?from=` wins over it' }],
-    events: CommandEvents,
+    events: COMMAND_STREAM,
   },
   'GET /commands/{pid}/output': {
     operationId: 'getCommandOutput',
     tag: 'commands',
     errors: [404, 409, 416],
     headers: [RANGE],
-    responseHeaders: {
-      200: [
-        { name: 'x-envd-kept-bytes', type: 'integer', description: 'How many bytes of the stream are kept (the resource a range addresses)' },
-        { name: 'x-envd-written-bytes', type: 'integer', description: 'How many bytes the command wrote to the stream (more than kept once the cap or the budgets cut it)' },
-        ...PARTIAL('kept output'),
-      ],
-      206: [
-        { name: 'x-envd-kept-bytes', type: 'integer', description: 'How many bytes of the stream are kept' },
-        { name: 'x-envd-written-bytes', type: 'integer', description: 'How many bytes the command wrote to the stream' },
-        ...PARTIAL('kept output'),
-      ],
-      416: UNSATISFIABLE,
-    },
+    responseHeaders: { 200: [...KEPT, ...PARTIAL('kept output')], 206: [...KEPT, ...PARTIAL('kept output')], 416: UNSATISFIABLE },
   },
   'GET /commands/{pid}/wait': { operationId: 'waitCommand', tag: 'commands', errors: [408] },
   'POST /commands/{pid}/stdin': { operationId: 'writeCommandStdin', tag: 'commands', errors: [404, 409, 413] },
@@ -134,5 +153,5 @@ export const OPERATIONS: Record<string, OperationDoc> = {
   'GET /files/list': { operationId: 'listDirectory', tag: 'files', errors: [...FS_READ, 413] },
   'POST /files/rename': { operationId: 'moveEntry', tag: 'files', errors: [...FS_WRITE] },
   'POST /files/mkdir': { operationId: 'makeDirectory', tag: 'files', errors: [...FS_WRITE] },
-  'POST /files/watch': { operationId: 'watchDirectory', tag: 'files', errors: [...FS_READ, 413], events: WatchEvents },
+  'POST /files/watch': { operationId: 'watchDirectory', tag: 'files', errors: [...FS_READ, 413], events: WATCH_STREAM },
 };
