@@ -87,7 +87,9 @@ export const STATUS_TEXT: Record<number, string> = {
 
 /** The statuses every file-system call can map to (src/errors.ts). */
 const FS_READ = [403, 404] as const;
-const FS_WRITE = [...FS_READ, 408, 409, 413, 507] as const;
+const FS_WRITE = [...FS_READ, 409, 413, 507] as const;
+/** A streamed upload body: one that stalls is a 408 (src/files/body-takeover.ts). */
+const UPLOAD = [...FS_WRITE, 408] as const;
 /** A command that is starting: a user it cannot be run as, limits without cgroups, a body too large. */
 const COMMAND_START = [403, 409, 413] as const;
 
@@ -135,7 +137,7 @@ export const OPERATIONS: Record<string, OperationDoc> = {
   'DELETE /commands/{pid}': { operationId: 'killCommand', tag: 'commands' },
   'POST /commands/{pid}/resize': { operationId: 'resizeCommand', tag: 'commands', errors: [404, 409, 413] },
 
-  'PUT /files/raw': { operationId: 'uploadFile', tag: 'files', errors: FS_WRITE, headers: [{ name: 'Content-Length', description: 'Past the upload limit: 413 before any byte is written' }] },
+  'PUT /files/raw': { operationId: 'uploadFile', tag: 'files', errors: UPLOAD, headers: [{ name: 'Content-Length', description: 'Past the upload limit: 413 before any byte is written' }] },
   'GET /files/raw': { operationId: 'downloadFile', tag: 'files', errors: [...FS_READ, 416], headers: [RANGE], responseHeaders: { 200: PARTIAL('file'), 206: PARTIAL('file'), 416: UNSATISFIABLE } },
   'POST /files/batch': { operationId: 'writeFiles', tag: 'files', errors: FS_WRITE },
   'POST /files': { operationId: 'writeFile', tag: 'files', errors: FS_WRITE },
@@ -149,7 +151,7 @@ export const OPERATIONS: Record<string, OperationDoc> = {
     errors: FS_READ,
     responseHeaders: { 200: [{ name: 'Content-Disposition', description: '`attachment; filename="<name>.tar"` (or `.tar.gz`)' }] },
   },
-  'PUT /files/archive': { operationId: 'extractArchive', tag: 'files', errors: FS_WRITE },
+  'PUT /files/archive': { operationId: 'extractArchive', tag: 'files', errors: UPLOAD },
   'GET /files/list': { operationId: 'listDirectory', tag: 'files', errors: [...FS_READ, 413] },
   'POST /files/rename': { operationId: 'moveEntry', tag: 'files', errors: [...FS_WRITE] },
   'POST /files/mkdir': { operationId: 'makeDirectory', tag: 'files', errors: [...FS_WRITE] },
