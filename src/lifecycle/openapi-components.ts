@@ -62,7 +62,8 @@ function moveRequestBodies(document: JsonObject, components: JsonObject, schemas
       const media = (body?.content as Record<string, JsonObject> | undefined)?.['application/json'];
       const name = /^#\/components\/schemas\/(\w+Request)$/.exec(String((media?.schema as JsonObject | undefined)?.$ref ?? ''))?.[1];
       if (!body || !media || !name) continue;
-      bodies[name] ??= { ...body, content: { 'application/json': { ...media, schema: schemas[name] } } };
+      // Other content types of the same body (a raw alternative) stay with it.
+      bodies[name] ??= { ...body, content: { ...(body.content as JsonObject), 'application/json': { ...media, schema: schemas[name] } } };
       operation.requestBody = { $ref: `#/components/requestBodies/${name}` };
     }
   }
