@@ -56,19 +56,19 @@ export async function everyRoute(baseUrl: string, token: string, dir: string): P
   const cpus: number | undefined = note('GET /metrics', await client.GET('/metrics')).data?.cpu_count;
   const doc: string | undefined = note('GET /openapi.json', await client.GET('/openapi.json')).data?.openapi;
 
-  const run = note('POST /commands', await client.POST('/commands', { body: { cmd: 'echo hi', timeout: 5 } }));
+  const run = note('POST /commands', await client.POST('/commands', { body: { cmd: 'echo hi', timeout: 120 } }));
   const result: CommandResult | undefined = run.data && 'stdout' in run.data ? run.data : undefined;
   const failure: Error | undefined = run.error;
   const started = await client.POST('/commands', { body: { cmd: 'cat', background: true, stdin: true } });
   const pid = String(started.data && 'pid' in started.data ? started.data.pid : 0);
-  const terminal = await client.POST('/commands', { body: { cmd: 'sleep 30', pty: { cols: 80, rows: 24 }, background: true } });
+  const terminal = await client.POST('/commands', { body: { cmd: 'sleep 600', pty: { cols: 80, rows: 24 }, background: true } });
   const ptyPid = String(terminal.data && 'pid' in terminal.data ? terminal.data.pid : 0);
   const streamed = await text(note('POST /commands/stream', await client.POST('/commands/stream', { body: { cmd: 'echo streamed' }, parseAs: 'stream' })).response.body, true);
   const listed: number | undefined = note('GET /commands', await client.GET('/commands', { params: { query: { finished: true } } })).data?.processes.length;
   const stats: Error | undefined = note('GET /commands/{pid}/stats', await client.GET('/commands/{pid}/stats', { params: { path: { pid } } })).error;
   note('POST /commands/{pid}/stdin', await client.POST('/commands/{pid}/stdin', { params: { path: { pid } }, body: { data: 'input' } }));
   note('DELETE /commands/{pid}/stdin', await client.DELETE('/commands/{pid}/stdin', { params: { path: { pid } } }));
-  const waited: CommandResult | undefined = note('GET /commands/{pid}/wait', await client.GET('/commands/{pid}/wait', { params: { path: { pid }, query: { timeout_ms: 10000 } } })).data;
+  const waited: CommandResult | undefined = note('GET /commands/{pid}/wait', await client.GET('/commands/{pid}/wait', { params: { path: { pid }, query: { timeout_ms: 120000 } } })).data;
   const attached = await text(note('GET /commands/{pid}/stream', await client.GET('/commands/{pid}/stream', { params: { path: { pid }, query: { from: '0-0' }, header: { 'Last-Event-ID': '0-0' } }, parseAs: 'stream' })).response.body, true);
   const output = note('GET /commands/{pid}/output', await client.GET('/commands/{pid}/output', { params: { path: { pid }, query: { stream: 'stdout' }, header: { Range: 'bytes=0-1' } }, parseAs: 'arrayBuffer' }));
   const kept: string | null = output.response.headers.get('x-envd-kept-bytes');
@@ -113,7 +113,8 @@ beforeAll(async () => {
 afterAll(async () => envd?.stop());
 
 describe('a client generated from the OpenAPI document', () => {
-  it('compiles a program that calls every route through openapi-fetch, with no casts', async () => {
+  // Type-checking takes ~15 s on an idle machine: generous for a loaded one.
+  it('compiles a program that calls every route through openapi-fetch, with no casts', { timeout: 180_000 }, async () => {
     const types = astToString(await openapiTS(document as never, { transform: (schema) => (schema.format === 'binary' ? BLOB : undefined) }));
     expect(types).toContain('EntryInfo');
     const dir = mkdtempSync(join(tmpdir(), 'envd-openapi-client-'));
@@ -147,7 +148,7 @@ describe('a client generated from the OpenAPI document', () => {
     expect(PROGRAM).not.toMatch(/\bas\s+(unknown|any|never|[A-Z]\w*)\b|<any>|@ts-/);
   });
 
-  it('runs that program against the envd: every call succeeds, the values are what envd holds', { timeout: 60_000 }, async () => {
+  it('runs that program against the envd: every call succeeds, the values are what envd holds', { timeout: 120_000 }, async () => {
     // The program as JavaScript (types erased), importing this project's openapi-fetch.
     const js = ts.transpileModule(PROGRAM, { compilerOptions: { module: ts.ModuleKind.ESNext, target: ts.ScriptTarget.ES2022 } }).outputText.replace(
       "from 'openapi-fetch'",

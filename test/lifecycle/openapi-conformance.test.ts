@@ -73,11 +73,12 @@ beforeAll(async () => {
   writeFileSync(join(dir, 'tree', 'a.txt'), 'hello');
   writeFileSync(join(dir, 'file.txt'), 'hello world');
   tar = new Uint8Array(execFileSync('tar', ['-cf', '-', '-C', join(dir, 'tree'), 'a.txt']));
-  pids.sleeper = (await json('POST', '/commands', { cmd: 'sleep 60', background: true, stdin: true })).pid;
-  pids.pty = (await json('POST', '/commands', { cmd: 'sleep 60', pty: { cols: 80, rows: 24 }, background: true })).pid;
+  pids.sleeper = (await json('POST', '/commands', { cmd: 'sleep 600', background: true, stdin: true })).pid;
+  pids.pty = (await json('POST', '/commands', { cmd: 'sleep 600', pty: { cols: 80, rows: 24 }, background: true })).pid;
   pids.finished = (await json('POST', '/commands', { cmd: 'echo out; echo err >&2', background: true })).pid;
-  await waitFor(async () => !(await json('GET', '/commands')).processes.find((p: { pid: number }) => p.pid === pids.finished).running, 10_000, 'the background command to end');
-});
+  // Generous: on a loaded 2-core CI machine a login shell's start alone can take seconds.
+  await waitFor(async () => !(await json('GET', '/commands')).processes.find((p: { pid: number }) => p.pid === pids.finished).running, 90_000, 'the background command to end');
+}, 120_000);
 
 afterAll(async () => {
   await envd?.stop();
@@ -333,7 +334,7 @@ describe('envd answers as its OpenAPI document says', () => {
   });
 
   // In the document's order; killCommand's cases end the pty command that resizeCommand's used before.
-  it('answers every case with a declared status and a body that validates', { timeout: 120_000 }, async () => {
+  it('answers every case with a declared status and a body that validates', { timeout: 240_000 }, async () => {
     const order = operations().sort((a, b) => Number(a.operation.operationId === 'killCommand') - Number(b.operation.operationId === 'killCommand'));
     const failures: string[] = [];
     for (const op of order) {
@@ -359,7 +360,7 @@ describe('envd answers as its OpenAPI document says', () => {
     expect(incomplete).toEqual([]);
   });
 
-  it('a stream\'s events are the ones its x-events names, watch events without ids', async () => {
+  it('a stream\'s events are the ones its x-events names, watch events without ids', { timeout: 60_000 }, async () => {
     const op = operations().find(({ operation }) => operation.operationId === 'streamCommand')!;
     const answer = await exchange(op, { json: { cmd: 'printf a; printf b >&2' } });
     expect(answer.body).toEqual(expect.arrayContaining(['start', 'stdout', 'stderr', 'exit']));

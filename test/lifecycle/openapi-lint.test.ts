@@ -41,12 +41,12 @@ beforeAll(async () => {
 afterAll(async () => envd?.stop());
 
 describe('redocly lint of the OpenAPI document', () => {
-  it('finds no error and no warning', async () => {
+  it('finds no error and no warning', { timeout: 60_000 }, async () => {
     const problems = await lint(document);
     expect(problems.map((p) => `${p.severity} ${p.ruleId} at ${p.location[0]?.pointer}: ${p.message}`)).toEqual([]);
   });
 
-  it('reports a document without operationIds (the lint is not vacuous)', async () => {
+  it('reports a document without operationIds (the lint is not vacuous)', { timeout: 60_000 }, async () => {
     const broken = JSON.parse(document);
     delete broken.paths['/files/raw'].put.operationId;
     delete broken.servers;
