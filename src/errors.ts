@@ -1,7 +1,7 @@
 import { Type } from '@sinclair/typebox';
 
 /** The body of every error answer, for the response schemas (and so the OpenAPI document). */
-export const ErrorSchema = Type.Object({ message: Type.String() }, { description: 'Every error answer' });
+export const ErrorSchema = Type.Object({ message: Type.String({ description: 'What went wrong, naming the field or path' }) }, { title: 'Error', description: 'Every error answer' });
 
 /**
  * The one error type route handlers throw; the error handler turns it into

@@ -8,7 +8,7 @@ export const Limits = Type.Object(
     pids: Type.Optional(Type.Integer({ description: 'pids.max: forks past it fail' })),
     cpu: Type.Optional(Type.Number({ description: 'cpu.max in cores: 0.5 is half of one core' })),
   },
-  { additionalProperties: false, description: 'Per-command limits (cgroup v2; 409 where envd runs without it)' },
+  { additionalProperties: false, title: 'Limits', description: 'Per-command limits (cgroup v2; 409 where envd runs without it)' },
 );
 export type Limits = Static<typeof Limits>;
 

@@ -1,5 +1,6 @@
 import type { Static } from '@sinclair/typebox';
 import type {
+  CommandEvents,
   CommandStats,
   AttachQuery,
   BackgroundStarted,
@@ -15,16 +16,15 @@ import type {
   StreamBody,
 } from '../commands/schemas.js';
 import { EnvdError, type CallOptions, type Http } from './http.js';
-import { parseSse } from './sse.js';
+import { parseSse, type EventOf } from './sse.js';
 
 export type { CommandResult, ExitInfo, ProcessInfo, SignalName, StartBody, StreamBody };
 
-/** An event of a command stream, typed by its name. `id` is the resume position `<stdout>-<stderr>`. */
-export type CommandEvent =
-  | { event: 'start'; data: { pid: number } }
-  | { event: 'stdout' | 'stderr'; id: string | undefined; data: { stream: 'stdout' | 'stderr'; data: string } }
-  | { event: 'truncated'; id: string | undefined; data: { stream: 'stdout' | 'stderr'; bytes: number } }
-  | { event: 'exit'; data: Static<typeof ExitInfo> & { stdout_truncated?: true; stderr_truncated?: true } };
+/**
+ * An event of a command stream, typed by its name from the schemas the OpenAPI document's `x-events`
+ * shows (CommandEvents). `id` is the resume position `<stdout>-<stderr>` on output events.
+ */
+export type CommandEvent = EventOf<typeof CommandEvents>;
 
 export interface StreamOptions extends CallOptions {
   /** Resume after this event id (what the last output event carried). */

@@ -1,10 +1,11 @@
 import type { Static } from '@sinclair/typebox';
-import type { BatchBody, BatchWritten, Entry, EntryList, Exists, Extracted, FileContent, Made, Removed, WatchBody, WriteBody, Written } from '../files/schemas.js';
+import type { BatchBody, BatchWritten, Entry, EntryList, Exists, Extracted, FileContent, Made, Removed, WatchBody, WatchEvents, WriteBody, Written } from '../files/schemas.js';
 import type { CallOptions, Http } from './http.js';
-import { parseSse } from './sse.js';
+import { parseSse, type EventOf } from './sse.js';
 
 export type FileEntry = Static<typeof Entry>;
-export type WatchEvent = { event: 'ready'; data: { path: string } } | { event: 'change'; data: { type: 'create' | 'modify' | 'delete'; path: string } };
+/** An event of a watch, typed by its name from the schemas of the document's `x-events` (WatchEvents). */
+export type WatchEvent = EventOf<typeof WatchEvents>;
 
 /** /files: upload, download, read, write, batch, info, list, rename, mkdir, remove, watch. */
 export class Files {

@@ -1,3 +1,5 @@
+import type { Static, TSchema } from '@sinclair/typebox';
+
 /** One server-sent event: its name, its id (if any) and its data parsed as JSON. */
 export interface SseEvent {
   event: string;
@@ -35,3 +37,6 @@ export async function* parseSse(body: ReadableStream<Uint8Array>): AsyncGenerato
     }
   }
 }
+
+/** The events of a stream whose map (event name to data schema) is `M`: one member per name, its data typed. */
+export type EventOf<M extends Record<string, TSchema>> = { [K in keyof M & string]: { event: K; id: string | undefined; data: Static<M[K]> } }[keyof M & string];

@@ -11,7 +11,7 @@ export const SIGNALS = ['SIGTERM', 'SIGINT', 'SIGHUP', 'SIGQUIT', 'SIGKILL', 'SI
 export const MAX_PTY_DIMENSION = 1000;
 
 const dimension = (description: string) => Type.Integer({ minimum: 1, maximum: MAX_PTY_DIMENSION, description });
-const ptySize = (description: string) => Type.Object({ cols: dimension('Columns'), rows: dimension('Rows') }, { additionalProperties: false, description });
+const ptySize = (description: string) => Type.Object({ cols: dimension('Columns'), rows: dimension('Rows') }, { additionalProperties: false, title: 'PtySize', description });
 
 const commandFields = {
   // Optional in the schema because a pty command may omit it; without pty, spawn.ts requires it (400 naming body/cmd).
@@ -46,14 +46,15 @@ export const StartBody = Type.Object(
     background: Type.Optional(Type.Boolean({ default: false, description: 'true answers { pid } at once' })),
     stdin: Type.Optional(Type.Boolean({ default: false, description: 'Reserve a stdin pipe; otherwise stdin is /dev/null' })),
   },
-  { additionalProperties: false },
+  { additionalProperties: false, title: 'RunCommandRequest' },
 );
 export type StartBody = Static<typeof StartBody>;
 
-export const StreamBody = Type.Object(commandFields, { additionalProperties: false });
+export const StreamBody = Type.Object(commandFields, { additionalProperties: false, title: 'StreamCommandRequest' });
 export type StreamBody = Static<typeof StreamBody>;
 
-export const CommandResult = Type.Object({
+export const CommandResult = Type.Object(
+  {
   stdout: Type.String(),
   stderr: Type.String(),
   exit_code: Type.Integer({ description: '124 on timeout; 128 + n when signal n ended the shell' }),
@@ -62,19 +63,24 @@ export const CommandResult = Type.Object({
   signal: Type.Optional(Type.String({ description: 'The signal that ended the shell, e.g. "SIGKILL"' })),
   stdout_truncated: Type.Optional(Type.Literal(true)),
   stderr_truncated: Type.Optional(Type.Literal(true)),
-});
+  },
+  { title: 'CommandResult', description: "A finished command's result" },
+);
 export type CommandResult = Static<typeof CommandResult>;
 
 /** How a command ended: the `exit` event, and the non-output part of a CommandResult. */
-export const ExitInfo = Type.Object({
-  exit_code: Type.Integer(),
-  reason: Reason,
-  timed_out: Type.Optional(Type.Literal(true)),
-  signal: Type.Optional(Type.String()),
-});
+export const ExitInfo = Type.Object(
+  {
+    exit_code: Type.Integer(),
+    reason: Reason,
+    timed_out: Type.Optional(Type.Literal(true)),
+    signal: Type.Optional(Type.String()),
+  },
+  { title: 'ExitEvent', description: 'How the command ended: the last event of a stream' },
+);
 export type ExitInfo = Static<typeof ExitInfo>;
 
-export const BackgroundStarted = Type.Object({ pid: Type.Integer() });
+export const BackgroundStarted = Type.Object({ pid: Type.Integer() }, { title: 'BackgroundStarted', description: 'A background command started' });
 
 export const CommandStats = Type.Object(
   {
@@ -83,10 +89,11 @@ export const CommandStats = Type.Object(
     memory_peak_bytes: Type.Union([Type.Integer(), Type.Null()], { description: 'memory.peak (null before kernel 5.19)' }),
     pids: Type.Integer({ description: 'pids.current: processes and threads now' }),
   },
-  { description: "What the command's cgroup has used (cgroup mode only)" },
+  { title: 'CommandStats', description: "What the command's cgroup has used (cgroup mode only)" },
 );
 
-export const ProcessInfo = Type.Object({
+export const ProcessInfo = Type.Object(
+  {
   pid: Type.Integer(),
   cmd: Type.String(),
   args: Type.Optional(Type.Array(Type.String(), { description: 'The arguments of a command run without a shell' })),
@@ -102,7 +109,9 @@ export const ProcessInfo = Type.Object({
   pty: Type.Optional(ptySize('The terminal\'s current size, for commands on a pty')),
   limits: Type.Optional(Limits),
   stats: Type.Optional(CommandStats),
-});
+  },
+  { title: 'ProcessInfo', description: 'A tracked command' },
+);
 export type ProcessInfo = Static<typeof ProcessInfo>;
 
 export const ListQuery = Type.Object(
@@ -133,7 +142,7 @@ export const OutputQuery = Type.Object(
 
 export const RawBytes = Type.Unknown({ description: 'the kept bytes of the stream, application/octet-stream' });
 
-export const ProcessList = Type.Object({ processes: Type.Array(ProcessInfo) });
+export const ProcessList = Type.Object({ processes: Type.Array(ProcessInfo) }, { title: 'ProcessList' });
 
 // A string pattern, not Type.Integer: path params are coerced, and the coercion
 // would turn "0x10" into 16 and "1e99" into a huge "integer". Linux pids have
@@ -146,14 +155,30 @@ export const PidParams = Type.Object({
 // message ("must be equal to one of the allowed values") instead of anyOf noise.
 export type SignalName = (typeof SIGNALS)[number];
 const SignalName = Type.Unsafe<SignalName>(Type.String({ enum: [...SIGNALS] }));
-export const SignalBody = Type.Object({ signal: SignalName }, { additionalProperties: false });
+export const SignalBody = Type.Object({ signal: SignalName }, { additionalProperties: false, title: 'SignalRequest' });
 export type SignalBody = Static<typeof SignalBody>;
 
-export const StdinBody = Type.Object({ data: Type.String() }, { additionalProperties: false });
+export const StdinBody = Type.Object({ data: Type.String() }, { additionalProperties: false, title: 'StdinRequest' });
 export type StdinBody = Static<typeof StdinBody>;
 
 export const ResizeBody = ptySize('The new size; the foreground job gets SIGWINCH');
 export type ResizeBody = Static<typeof ResizeBody>;
 
-export const Empty = Type.Object({});
-export const Killed = Type.Object({ killed: Type.Boolean() });
+export const Empty = Type.Object({}, { title: 'Empty', description: 'Done; nothing to say' });
+export const Killed = Type.Object({ killed: Type.Boolean({ description: 'false: envd tracked no such pid' }) }, { title: 'Killed' });
+
+/**
+ * The events of a command stream (POST /commands/stream, GET /commands/{pid}/stream), name to data:
+ * the OpenAPI document's `x-events` and the typed client's CommandEvent are both made from this map.
+ */
+const StreamName = Type.Unsafe<'stdout' | 'stderr'>(Type.String({ enum: ['stdout', 'stderr'] }));
+export const StartEvent = Type.Object({ pid: Type.Integer() }, { title: 'StartEvent', description: 'First event: the command runs (again after a resume)' });
+export const OutputEvent = Type.Object(
+  { stream: StreamName, data: Type.String({ description: 'Text decoded as UTF-8 (invalid bytes become U+FFFD); never a split character' }) },
+  { title: 'OutputEvent', description: 'Output of one stream; its SSE id is the position after it' },
+);
+export const TruncatedEvent = Type.Object(
+  { stream: StreamName, bytes: Type.Integer({ minimum: 1, description: 'How many bytes of the stream are missing here' }) },
+  { title: 'TruncatedEvent', description: 'Output that was not kept (past the cap or the budgets) and is missing at this point' },
+);
+export const CommandEvents = { start: StartEvent, stdout: OutputEvent, stderr: OutputEvent, truncated: TruncatedEvent, exit: ExitInfo };

@@ -16,21 +16,21 @@ export const ListQuery = Type.Object({ path: PathField, depth: Type.Optional(Typ
 
 export const WriteBody = Type.Object(
   { path: PathField, data: Type.String(), encoding: Type.Optional(Encoding), username: Type.Optional(Username) },
-  { additionalProperties: false },
+  { additionalProperties: false, title: 'WriteFileRequest' },
 );
 export const BatchBody = Type.Object(
   {
     files: Type.Array(Type.Object({ path: PathField, data: Type.String(), encoding: Type.Optional(Encoding) }, { additionalProperties: false })),
     username: Type.Optional(Username),
   },
-  { additionalProperties: false },
+  { additionalProperties: false, title: 'WriteFilesRequest' },
 );
-export const RenameBody = Type.Object({ from: PathField, to: PathField }, { additionalProperties: false });
-export const MkdirBody = Type.Object({ path: PathField, username: Type.Optional(Username) }, { additionalProperties: false });
-export const WatchBody = Type.Object({ path: PathField, recursive: Type.Optional(Type.Boolean({ default: false })) }, { additionalProperties: false });
+export const RenameBody = Type.Object({ from: PathField, to: PathField }, { additionalProperties: false, title: 'MoveEntryRequest' });
+export const MkdirBody = Type.Object({ path: PathField, username: Type.Optional(Username) }, { additionalProperties: false, title: 'MakeDirectoryRequest' });
+export const WatchBody = Type.Object({ path: PathField, recursive: Type.Optional(Type.Boolean({ default: false })) }, { additionalProperties: false, title: 'WatchDirectoryRequest' });
 
 export const Sha256 = Type.String({ pattern: '^[0-9a-f]{64}$', description: 'sha256 of the bytes written, hex' });
-export const Written = Type.Object({ path: Type.String(), size: Type.Integer(), sha256: Sha256 });
+export const Written = Type.Object({ path: Type.String(), size: Type.Integer(), sha256: Sha256 }, { title: 'WrittenFile' });
 export const InfoQuery = Type.Object({
   path: PathField,
   checksum: Type.Optional(Type.Unsafe<'sha256'>(Type.String({ enum: ['sha256'], description: "Also compute the file's sha256 (a regular file only; read whole)" }))),
@@ -48,15 +48,16 @@ export const ExtractQuery = Type.Object({
   ),
   username: Type.Optional(Username),
 });
-export const Extracted = Type.Object({ path: Type.String(), files: Type.Integer(), bytes: Type.Integer(), sha256: Sha256 });
+export const Extracted = Type.Object({ path: Type.String(), files: Type.Integer(), bytes: Type.Integer(), sha256: Sha256 }, { title: 'ExtractedArchive' });
 /** What GET /files/archive streams (documentation only). */
 export const ArchiveBytes = Type.Unknown({ description: 'a tar (application/x-tar) or tar.gz (application/gzip) of the tree' });
-export const BatchWritten = Type.Object({ files: Type.Array(Written) });
-export const FileContent = Type.Object({ path: Type.String(), data: Type.String(), encoding: Encoding, size: Type.Integer() });
+export const BatchWritten = Type.Object({ files: Type.Array(Written) }, { title: 'WrittenFiles' });
+export const FileContent = Type.Object({ path: Type.String(), data: Type.String(), encoding: Encoding, size: Type.Integer() }, { title: 'FileContent' });
 /** What GET /files/raw streams (documentation only: a stream is never serialised). */
 export const FileBytes = Type.Unknown({ description: 'the file bytes, application/octet-stream' });
-export const Exists = Type.Object({ exists: Type.Boolean() });
-export const Entry = Type.Object({
+export const Exists = Type.Object({ exists: Type.Boolean() }, { title: 'Exists' });
+export const Entry = Type.Object(
+  {
   name: Type.String(),
   path: Type.String(),
   type: Type.Union([Type.Literal('file'), Type.Literal('dir'), Type.Literal('symlink')]),
@@ -68,12 +69,28 @@ export const Entry = Type.Object({
   modified_at: Type.String({ format: 'date-time' }),
   symlink_target: Type.Optional(Type.String()),
   sha256: Type.Optional(Sha256),
-});
-export const EntryList = Type.Object({ entries: Type.Array(Entry) });
-export const Made = Type.Object({ path: Type.String(), created: Type.Boolean() });
-export const Removed = Type.Object({ removed: Type.Boolean() });
+  },
+  { title: 'EntryInfo', description: 'A file, directory or symlink (never followed)' },
+);
+export const EntryList = Type.Object({ entries: Type.Array(Entry) }, { title: 'EntryList' });
+export const Made = Type.Object({ path: Type.String(), created: Type.Boolean({ description: 'false: it was already there' }) }, { title: 'MadeDirectory' });
+export const Removed = Type.Object({ removed: Type.Boolean({ description: 'false: nothing was there' }) }, { title: 'Removed' });
 
 export type EncodingName = Static<typeof Encoding>;
 
 /** Error responses shared by the routes, so the OpenAPI document shows the `{ message }` shape. */
 export const errors = (...statuses: number[]) => Object.fromEntries(statuses.map((status) => [status, ErrorSchema]));
+
+/**
+ * The events of POST /files/watch, name to data: the OpenAPI document's `x-events` and the
+ * typed client's WatchEvent are both made from this map. They carry no SSE id (nothing to resume from).
+ */
+export const WatchReadyEvent = Type.Object({ path: Type.String() }, { title: 'WatchReadyEvent', description: 'First event: every directory is watched; changes from here on are seen' });
+export const WatchChangeEvent = Type.Object(
+  {
+    type: Type.Unsafe<'create' | 'modify' | 'delete'>(Type.String({ enum: ['create', 'modify', 'delete'] })),
+    path: Type.String({ description: 'Absolute path of what changed' }),
+  },
+  { title: 'WatchChangeEvent' },
+);
+export const WatchEvents = { ready: WatchReadyEvent, change: WatchChangeEvent, error: ErrorSchema };

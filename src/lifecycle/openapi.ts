@@ -1,6 +1,7 @@
 import swagger, { type SwaggerTransform } from '@fastify/swagger';
 import type { RouteAuth } from '../app.js';
 import { VERSION } from '../version.js';
+import { finishDocument } from './openapi-finish.js';
 import type { OpenApiSource } from './openapi-source.js';
 import { errorResponse } from './schemas.js';
 
@@ -21,7 +22,8 @@ export const generatedOpenApi: OpenApiSource = {
       transform: describeRoute,
     });
   },
-  json: (app) => JSON.stringify(app.swagger()),
+  // A copy: @fastify/swagger keeps its document, and finishing rewrites it.
+  json: (app) => JSON.stringify(finishDocument(structuredClone(app.swagger()) as Record<string, any>)),
 };
 
 /**
@@ -54,6 +56,8 @@ export const describeRoute: SwaggerTransform = ({ schema, url, route }) => {
   }
 
   const described: Record<string, unknown> = { ...given, response: responses };
+  // A raw body has no schema to validate, and @fastify/swagger leaves a route without one out of the document.
+  if (given.consumes && given.body === undefined) described.body = { type: 'string', format: 'binary', description: 'The bytes, streamed' };
   if (given.security === undefined) {
     // `{}` is OpenAPI's "no credentials": /init is open until the first token is set.
     if (auth === 'init') described.security = [{ bearer: [] }, {}];

@@ -15,7 +15,7 @@ export const MAX_TOKEN_LENGTH = 4096;
 const TOKEN_PATTERN = '^[\\x21-\\x7E]+$';
 const ISO_8601 = '^\\d{4}-\\d{2}-\\d{2}T\\d{2}:\\d{2}:\\d{2}(\\.\\d+)?(Z|[+-]\\d{2}:\\d{2})$';
 
-export const EnvsSchema = Type.Record(Type.String(), Type.String(), { description: 'Sandbox environment variables' });
+export const EnvsSchema = Type.Record(Type.String(), Type.String(), { title: 'Envs', description: 'Sandbox environment variables' });
 
 export const InitBody = Type.Object(
   {
@@ -30,12 +30,13 @@ export const InitBody = Type.Object(
       Type.String({ pattern: ISO_8601, description: "The host's current time, ISO 8601 (e.g. 2026-01-02T03:04:05.678Z)" }),
     ),
   },
-  { additionalProperties: false },
+  { additionalProperties: false, title: 'InitRequest' },
 );
 
-export const HealthSchema = Type.Object({ status: Type.Literal('ok'), version: Type.String() });
+export const HealthSchema = Type.Object({ status: Type.Literal('ok'), version: Type.String() }, { title: 'Health' });
 
-export const MetricsSchema = Type.Object({
+export const MetricsSchema = Type.Object(
+  {
   cpu_count: Type.Integer({ minimum: 1, description: 'CPUs listed in /proc/stat' }),
   cpu_used_pct: Type.Number({ minimum: 0, maximum: 100, description: 'Busy share of all CPUs since the previous /metrics call (since boot on the first)' }),
   mem_total_mib: Type.Integer({ minimum: 0, description: 'MemTotal from /proc/meminfo' }),
@@ -52,7 +53,9 @@ export const MetricsSchema = Type.Object({
   commands_cpu_usec: Type.Optional(Type.Integer({ minimum: 0, description: 'CPU time of all commands together (cgroup mode)' })),
   commands_memory_bytes: Type.Optional(Type.Integer({ minimum: 0, description: 'memory.current of all commands together (cgroup mode)' })),
   commands_pids: Type.Optional(Type.Integer({ minimum: 0, description: 'Processes and threads of all commands now (cgroup mode)' })),
-});
+  },
+  { title: 'Metrics' },
+);
 
 export const OpenApiSchema = Type.Object(
   {
@@ -60,5 +63,5 @@ export const OpenApiSchema = Type.Object(
     info: Type.Object({ title: Type.String(), version: Type.String() }, { additionalProperties: true }),
     paths: Type.Record(Type.String(), Type.Unknown()),
   },
-  { additionalProperties: true, description: 'An OpenAPI 3 document' },
+  { additionalProperties: true, title: 'OpenApiDocument', description: 'An OpenAPI 3 document' },
 );

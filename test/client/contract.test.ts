@@ -64,11 +64,13 @@ const calls: Record<string, (c: EnvdClient) => Promise<unknown>> = {
 
 interface Operation {
   parameters?: { in: string; name: string }[];
-  requestBody?: { content: Record<string, { schema: { properties?: Record<string, unknown>; type?: string } }> };
+  // A JSON body is a `$ref` to components.requestBodies (src/lifecycle/openapi-components.ts).
+  requestBody?: { $ref?: string; content?: Record<string, { schema: { properties?: Record<string, unknown>; type?: string } }> };
 }
 
 it('the client has a method for every path and method of the OpenAPI document, sending every request field', async () => {
-  const document = JSON.parse(await generateOpenApiJson()) as { paths: Record<string, Record<string, Operation>> };
+  const document = JSON.parse(await generateOpenApiJson()) as { paths: Record<string, Record<string, Operation>>; components: { requestBodies: Record<string, Operation['requestBody']> } };
+  const body = (operation: Operation) => (operation.requestBody?.$ref ? document.components.requestBodies[operation.requestBody.$ref.split('/').pop()!] : operation.requestBody);
   // What the client actually sent, recorded at fetch: method, path, query names, JSON body field names.
   const sent: { method: string; path: string; fields: Set<string> }[] = [];
   const realFetch = globalThis.fetch;
@@ -103,7 +105,7 @@ it('the client has a method for every path and method of the OpenAPI document, s
         }
         const wanted = [
           ...(operation.parameters ?? []).filter((p) => p.in === 'query').map((p) => p.name),
-          ...Object.keys(operation.requestBody?.content['application/json']?.schema.properties ?? {}),
+          ...Object.keys(body(operation)?.content?.['application/json']?.schema.properties ?? {}),
         ];
         for (const field of wanted) if (!request.fields.has(field)) missing.push(`${key}: request field ${field} is never sent`);
       }

@@ -37,6 +37,15 @@ async function fetchDocument(): Promise<{ server: TestServer; document: Document
   return { server, document: (await response.json()) as Document };
 }
 
+/** A schema with its `$ref` (to components.schemas or components.requestBodies) followed. */
+const deref = (document: Document, value: any): any => {
+  const ref = value?.$ref as string | undefined;
+  if (ref === undefined) return value;
+  const [, kind, name] = /^#\/components\/(\w+)\/(.+)$/.exec(ref)!;
+  return deref(document, document.components[kind!][name!]);
+};
+const jsonBody = (document: Document, operation: Operation) => deref(document, deref(document, operation.requestBody).content['application/json'].schema);
+
 const operations = (document: Document) =>
   Object.entries(document.paths).flatMap(([path, methods]) => Object.entries(methods).map(([method, operation]) => ({ key: `${method.toUpperCase()} ${path}`, path, operation })));
 
@@ -87,7 +96,7 @@ describe('GET /openapi.json', () => {
       expect(errors, key).toContain('500');
       for (const status of errors) {
         const schema = operation.responses[status].content?.['application/json']?.schema;
-        expect(schema?.properties?.message?.type, `${key} ${status}`).toBe('string');
+        expect(schema, `${key} ${status}`).toEqual({ $ref: '#/components/schemas/Error' });
       }
       for (const [, name] of path.matchAll(/\{(\w+)\}/g)) {
         expect(operation.parameters?.some((p) => p.in === 'path' && p.name === name), `${key} declares ${name}`).toBe(true);
@@ -124,22 +133,100 @@ describe('GET /openapi.json', () => {
     }
     const init = document.paths['/init']!.post!;
     expect(init.responses['204']).toBeDefined();
-    const body = init.requestBody.content['application/json'].schema;
+    const body = jsonBody(document, init);
     expect(Object.keys(body.properties).sort()).toEqual(['access_token', 'default_limits', 'default_user', 'default_workdir', 'envs', 'timestamp']);
     expect(body.additionalProperties).toBe(false);
     expect(body.required ?? []).toEqual([]);
-    const metrics = document.paths['/metrics']!.get!.responses['200'].content['application/json'].schema;
+    const metrics = deref(document, document.paths['/metrics']!.get!.responses['200'].content['application/json'].schema);
     expect(metrics.properties.cpu_used_pct.type).toBe('number');
     expect(metrics.properties.processes_tracked.type).toBe('integer');
   });
 
   it('is the same document the app generates from its route schemas, served in process too', async () => {
     const { server, document } = await fetchDocument();
-    expect(document).toEqual(JSON.parse(JSON.stringify(server.app.swagger())));
+    expect(document).toEqual(JSON.parse(generatedOpenApi.json(server.app)));
     expect(await (await server.call('GET', '/openapi.json')).json()).toEqual(document);
     // The schema that validates /init bodies is the one documented.
-    const body = document.paths['/init']!.post!.requestBody.content['application/json'].schema;
+    const body = jsonBody(document, document.paths['/init']!.post!);
     expect(body.properties.access_token).toEqual(expect.objectContaining({ type: 'string', minLength: InitBody.properties.access_token.minLength, maxLength: InitBody.properties.access_token.maxLength }));
     expect(body.properties.timestamp.pattern).toBe(InitBody.properties.timestamp.pattern);
+  });
+});
+
+describe('the OpenAPI document, for client generators', () => {
+  it('names every operation with a unique verb-noun operationId and one of the three tags', async () => {
+    const { document } = await fetchDocument();
+    const ids = operations(document).map(({ key, operation }) => {
+      const { operationId, tags } = operation as Operation & { operationId?: string; tags?: string[] };
+      expect(operationId, `${key} has no operationId (src/lifecycle/openapi-operations.ts)`).toMatch(/^[a-z]+[A-Z][A-Za-z]*$/);
+      expect(tags, key).toHaveLength(1);
+      expect(['lifecycle', 'commands', 'files']).toContain(tags![0]);
+      return operationId;
+    });
+    expect(new Set(ids).size).toBe(ids.length);
+    expect((document as any).servers).toEqual([expect.objectContaining({ url: '/' })]);
+    expect((document as any).tags.map((tag: { name: string }) => tag.name)).toEqual(['lifecycle', 'commands', 'files']);
+    expect(ids).toEqual(expect.arrayContaining(['runCommand', 'uploadFile', 'downloadFile', 'watchDirectory', 'attachCommand']));
+  });
+
+  it('names its shared schemas once, as components, and refers to them: the error shape is not inlined', async () => {
+    const { document } = await fetchDocument();
+    const schemas = document.components.schemas;
+    for (const name of ['Error', 'CommandResult', 'EntryInfo', 'ExitEvent', 'ProcessInfo', 'Limits', 'WatchChangeEvent']) expect(schemas[name], name).toBeDefined();
+    expect(schemas.Error).toEqual(expect.objectContaining({ type: 'object', required: ['message'], properties: { message: expect.objectContaining({ type: 'string' }) } }));
+    const text = JSON.stringify(document.paths);
+    expect(text).not.toContain('"required":["message"]');
+    expect(text.split('"#/components/schemas/Error"').length - 1).toBeGreaterThan(100);
+    expect(text).not.toContain('"required":["name","path","type"');
+  });
+
+  it('declares the raw uploads and downloads as binary, with the headers they read and set', async () => {
+    const { document } = await fetchDocument();
+    const binary = { type: 'string', format: 'binary' };
+    const upload = document.paths['/files/raw']!.put!.requestBody.content;
+    expect(upload['application/octet-stream'].schema).toEqual(expect.objectContaining(binary));
+    const extract = document.paths['/files/archive']!.put!.requestBody.content;
+    for (const type of ['application/x-tar', 'application/gzip', 'application/octet-stream']) expect(extract[type].schema, type).toEqual(expect.objectContaining(binary));
+    const download = document.paths['/files/raw']!.get!;
+    expect(download.responses['200'].content['application/octet-stream'].schema).toEqual(expect.objectContaining(binary));
+    expect(download.responses['206'].headers['Content-Range']).toBeDefined();
+    expect(download.responses['416'].headers['Content-Range']).toBeDefined();
+    expect(download.parameters).toContainEqual(expect.objectContaining({ in: 'header', name: 'Range' }));
+    const output = document.paths['/commands/{pid}/output']!.get!;
+    expect(Object.keys(output.responses['200'].headers)).toEqual(expect.arrayContaining(['x-envd-kept-bytes', 'x-envd-written-bytes', 'Content-Range']));
+    expect(output.responses['200'].content['application/octet-stream'].schema).toEqual(expect.objectContaining(binary));
+    expect(document.paths['/commands/{pid}/stream']!.get!.parameters).toContainEqual(expect.objectContaining({ in: 'header', name: 'Last-Event-ID' }));
+    expect(document.paths['/files/archive']!.get!.responses['200'].headers['Content-Disposition']).toBeDefined();
+  });
+
+  it('declares each stream\'s events as data: x-events maps event names to component schemas', async () => {
+    const { document } = await fetchDocument();
+    const events = (key: string) => {
+      const [method, path] = key.split(' ') as [string, string];
+      const media = document.paths[path]![method.toLowerCase()]!.responses['200'].content['text/event-stream'];
+      expect(media.schema.description, key).toMatch(/Last-Event-ID|no `id:`/);
+      return media['x-events'];
+    };
+    const command = { start: 'StartEvent', stdout: 'OutputEvent', stderr: 'OutputEvent', truncated: 'TruncatedEvent', exit: 'ExitEvent' };
+    for (const key of ['POST /commands/stream', 'GET /commands/{pid}/stream']) {
+      expect(events(key), key).toEqual(Object.fromEntries(Object.entries(command).map(([event, name]) => [event, { $ref: `#/components/schemas/${name}` }])));
+    }
+    expect(events('POST /files/watch')).toEqual({ ready: { $ref: '#/components/schemas/WatchReadyEvent' }, change: { $ref: '#/components/schemas/WatchChangeEvent' }, error: { $ref: '#/components/schemas/Error' } });
+    expect(document.components.schemas.ExitEvent.properties.reason.enum).toContain('oom_killed');
+    expect(document.components.schemas.TruncatedEvent.required).toEqual(['stream', 'bytes']);
+  });
+
+  it('declares the statuses file and command routes answer beyond their schemas (issue 43\'s list)', async () => {
+    const { document } = await fetchDocument();
+    const statuses = (key: string) => {
+      const [method, path] = key.split(' ') as [string, string];
+      return Object.keys(document.paths[path]![method.toLowerCase()]!.responses);
+    };
+    for (const key of ['POST /files/mkdir', 'PUT /files/raw', 'POST /files', 'POST /files/batch', 'DELETE /files', 'PUT /files/archive']) expect(statuses(key), key).toContain('403');
+    for (const key of ['POST /files', 'PUT /files/raw']) expect(statuses(key), key).toContain('404');
+    for (const key of ['POST /init', 'POST /files/mkdir', 'POST /files/rename', 'POST /files/watch']) expect(statuses(key), key).toContain('413');
+    for (const key of ['PUT /files/raw', 'PUT /files/archive', 'GET /commands/{pid}/wait']) expect(statuses(key), key).toContain('408');
+    for (const { key } of operations(document)) expect(statuses(key), key).toContain('503');
+    for (const { key } of operations(document)) expect(statuses(key).filter((status) => /X/i.test(status)), `${key} declares statuses one by one`).toEqual([]);
   });
 });

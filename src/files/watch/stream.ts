@@ -95,7 +95,8 @@ export async function streamWatch(armed: ArmedWatch, req: IncomingMessage, res: 
 
   let session;
   try {
-    session = await createSession(req, res, { keepAlive: WATCH_KEEP_ALIVE_MS });
+    // No `retry:` hint and (below) no ids: a watch cannot be resumed, so a client has nothing to send back.
+    session = await createSession(req, res, { keepAlive: WATCH_KEEP_ALIVE_MS, retry: null });
   } catch (error) {
     log.warn({ err: error, path }, 'could not start the watch stream');
     return stop();
@@ -105,10 +106,10 @@ export async function streamWatch(armed: ArmedWatch, req: IncomingMessage, res: 
   const end = (error: unknown) => {
     if (error instanceof HttpError && error.status < 500) log.info({ path }, error.message);
     else log.warn({ err: error, path }, 'watch failed');
-    if (session.isConnected) session.push({ message: describeWatchEnd(error, path) }, 'error');
+    if (session.isConnected) push(res, 'error', { message: describeWatchEnd(error, path) });
     stop();
   };
-  session.push({ path }, 'ready');
+  push(res, 'ready', { path });
   // Ended between arming and now (the directory went away): say so at once.
   if (client.failure !== undefined) return end(client.failure);
   client.end = end;
@@ -117,6 +118,14 @@ export async function streamWatch(armed: ArmedWatch, req: IncomingMessage, res: 
     if (res.writableLength > WATCH_BACKLOG_BYTES) {
       return end(new HttpError(503, `${path}: the client left more than ${WATCH_BACKLOG_BYTES} bytes of events unread; watch again`));
     }
-    session.push({ type, path: changed }, 'change');
+    push(res, 'change', { type, path: changed });
   };
+}
+
+/**
+ * One event: `event:` and one JSON `data:` line, no `id:`. better-sse's push would add a random id,
+ * which an EventSource-like client sends back as Last-Event-ID for nothing (docs/api.md, "Events").
+ */
+function push(res: ServerResponse, event: 'ready' | 'change' | 'error', data: unknown): void {
+  res.write(`event: ${event}\ndata: ${JSON.stringify(data)}\n\n`);
 }
