@@ -11,11 +11,11 @@
 //   directory, spool file or cgroup left;
 // - latency: a minute whose /health or `true` p99 is over 10x its idle p99.
 //
-//   npm run soak -- --minutes 10 [--report soak.json] [--bundle]
+//   npm run soak -- --minutes 10 [--report soak.json] [--log envd.log] [--bundle]
 // --report writes a vitest-shaped JSON report (.ci/count.mjs adds it to CI's
-// "N passed, M failed" line); --bundle runs node dist/envd.js instead of the
-// single executable.
-import { writeFileSync } from 'node:fs';
+// "N passed, M failed" line); --log keeps envd's log (warnings and errors) in
+// a file; --bundle runs node dist/envd.js instead of the single executable.
+import { closeSync, openSync, writeFileSync } from 'node:fs';
 import { Agent } from 'node:http';
 import { parseArgs } from 'node:util';
 import { closeClient, postJson, send } from './lib/client.mjs';
@@ -39,7 +39,7 @@ const USER = process.getuid?.() === 0 ? 'nobody' : undefined;
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 const mib = (bytes) => (bytes / MIB).toFixed(1);
 
-const { values: opts } = parseArgs({ options: { minutes: { type: 'string', default: '10' }, report: { type: 'string' }, bundle: { type: 'boolean', default: false } } });
+const { values: opts } = parseArgs({ options: { minutes: { type: 'string', default: '10' }, report: { type: 'string' }, log: { type: 'string' }, bundle: { type: 'boolean', default: false } } });
 const minutes = Number(opts.minutes);
 if (!(minutes > 0)) throw new Error('--minutes must be a positive number');
 
@@ -141,7 +141,9 @@ function check(name, ok, detail) {
 async function main() {
   const dir = makeTempDir('soak');
   prepareWorkDir(dir);
-  const envd = await startEnvd({ executable: !opts.bundle });
+  const log = opts.log ? openSync(opts.log, 'w') : undefined;
+  const envd = await startEnvd({ executable: !opts.bundle, stdout: log });
+  if (log !== undefined) closeSync(log);
   const context = { envd, user: USER, dir };
   try {
     await warmUp(context);
