@@ -50,9 +50,9 @@ interface Waiter {
 
 /**
  * The budget's book-keeping: bytes held per part, and per part a queue of
- * work waiting for its share, served in order as shares come back.
- * `onReleased` is told how many bytes came back (the memory reclaim counts
- * them as garbage V8 has yet to collect).
+ * work waiting for its share, served in order as shares come back. What work
+ * gave back is garbage until V8 collects it: the memory reclaim collects
+ * buffers once they grew 16 MiB (src/memory-reclaim.ts).
  */
 export class MemoryBudget {
   private readonly held = new Map<MemoryPart, number>();
@@ -61,7 +61,6 @@ export class MemoryBudget {
   constructor(
     private readonly split: Record<MemoryPart, number> = MEMORY_SPLIT,
     private readonly waitMs = RESERVE_WAIT_MS,
-    private readonly onReleased: (bytes: number) => void = () => {},
   ) {}
 
   /** Bytes held now, per part and in all. */
@@ -107,7 +106,6 @@ export class MemoryBudget {
         if (released) return;
         released = true;
         this.held.set(part, this.held.get(part)! - bytes);
-        this.onReleased(bytes);
         this.serve(part);
       },
     };

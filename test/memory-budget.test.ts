@@ -59,13 +59,6 @@ describe('MemoryBudget', () => {
     held.release();
     expect(budget.usage().transfers).toBe(0);
   });
-
-  it('tells the memory reclaim how much came back', async () => {
-    let released = 0;
-    const budget = new MemoryBudget(MEMORY_SPLIT, 10, (bytes) => (released += bytes));
-    (await budget.reserve('archives', RESERVE_BYTES.archive)).release();
-    expect(released).toBe(RESERVE_BYTES.archive);
-  });
 });
 
 describe('the memory budget on a real envd', () => {
