@@ -30,8 +30,13 @@ const MIB = 1024 * 1024;
 const PEAK_BUDGET_MIB = 64;
 const AFTER_BUDGET_MIB = 16;
 const AFTER_MS = 30_000;
-/** How much slower than idle a p99 under load may be. */
+/** How much slower than idle a p99 under load may be... */
 const LATENCY_FACTOR = 10;
+/**
+ * ...unless it stays under this: idle /health takes ~1 ms on loopback, and
+ * one full collection under load (15-25 ms) would fail 10x of that.
+ */
+const LATENCY_FLOOR_MS = 50;
 /** How long envd gets to come back to idle (memory reclaim, closed sockets) before idle is read. */
 const SETTLE_MS = 15_000;
 /** Commands run as a plain user when the soak runs as root: root's login shell here runs pyenv (HELPERS.md). */
@@ -206,10 +211,12 @@ async function main() {
     check('no errors', errors === 0, `${errors} errors in ${ops} operations${errors ? `; first: ${rows.flatMap((r) => r.messages)[0]}` : ''}`);
     check(`peak RSS <= idle + ${PEAK_BUDGET_MIB} MiB`, peak - idle.rss <= PEAK_BUDGET_MIB * MIB, `+${mib(peak - idle.rss)} MiB over ${mib(idle.rss)} (anon +${mib(peakAnon - idle.anon)} over ${mib(idle.anon)})`);
     check(`RSS ${AFTER_MS / 1000} s after the load <= idle + ${AFTER_BUDGET_MIB} MiB`, after.rss - idle.rss <= AFTER_BUDGET_MIB * MIB, `+${mib(after.rss - idle.rss)} MiB (anon +${mib(after.anon - idle.anon)})`);
-    const slowHealth = rows.filter((r) => percentile(r.health, 0.99) > LATENCY_FACTOR * idleP99.health);
-    check(`/health p99 <= ${LATENCY_FACTOR}x idle every minute`, slowHealth.length === 0, `idle ${idleP99.health.toFixed(1)} ms, worst minute ${Math.max(...rows.map((r) => percentile(r.health, 0.99))).toFixed(1)} ms`);
-    const slowTrue = rows.filter((r) => percentile(r.true, 0.99) > LATENCY_FACTOR * idleP99.true);
-    check(`\`true\` p99 <= ${LATENCY_FACTOR}x idle every minute`, slowTrue.length === 0, `idle ${idleP99.true.toFixed(1)} ms, worst minute ${Math.max(...rows.map((r) => percentile(r.true, 0.99))).toFixed(1)} ms`);
+    for (const probe of ['health', 'true']) {
+      // Minutes with samples only: the last one may have ended as the load did.
+      const worst = Math.max(...rows.filter((r) => r[probe].length > 0).map((r) => percentile(r[probe], 0.99)));
+      const allowed = Math.max(LATENCY_FACTOR * idleP99[probe], LATENCY_FLOOR_MS);
+      check(`${probe === 'health' ? '/health' : '`true`'} p99 <= ${LATENCY_FACTOR}x idle (or ${LATENCY_FLOOR_MS} ms) every minute`, worst <= allowed, `idle ${idleP99[probe].toFixed(1)} ms, worst minute ${worst.toFixed(1)} ms`);
+    }
 
     // Leaks, with the client's connections closed: no kind of descriptor above idle.
     const fdsBack = await waitUntil(() => Object.entries(descriptors(envd.pid)).every(([kind, n]) => n <= (idle.fds[kind] ?? 0)), 10_000);
