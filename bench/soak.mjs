@@ -14,7 +14,8 @@
 //   npm run soak -- --minutes 10 [--report soak.json] [--log envd.log] [--bundle]
 // --report writes a vitest-shaped JSON report (.ci/count.mjs adds it to CI's
 // "N passed, M failed" line); --log keeps envd's log (warnings and errors) in
-// a file; --bundle runs node dist/envd.js instead of the single executable.
+// a file (at --log-level, warn by default); --streams N runs N stream workers
+// instead of one; --bundle runs node dist/envd.js instead of the single executable.
 import { closeSync, openSync, writeFileSync } from 'node:fs';
 import { Agent } from 'node:http';
 import { parseArgs } from 'node:util';
@@ -44,7 +45,7 @@ const USER = process.getuid?.() === 0 ? 'nobody' : undefined;
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 const mib = (bytes) => (bytes / MIB).toFixed(1);
 
-const { values: opts } = parseArgs({ options: { minutes: { type: 'string', default: '10' }, report: { type: 'string' }, log: { type: 'string' }, bundle: { type: 'boolean', default: false } } });
+const { values: opts } = parseArgs({ options: { minutes: { type: 'string', default: '10' }, report: { type: 'string' }, log: { type: 'string' }, 'log-level': { type: 'string', default: 'warn' }, streams: { type: 'string', default: '1' }, bundle: { type: 'boolean', default: false } } });
 const minutes = Number(opts.minutes);
 if (!(minutes > 0)) throw new Error('--minutes must be a positive number');
 
@@ -147,7 +148,7 @@ async function main() {
   const dir = makeTempDir('soak');
   prepareWorkDir(dir);
   const log = opts.log ? openSync(opts.log, 'w') : undefined;
-  const envd = await startEnvd({ executable: !opts.bundle, stdout: log });
+  const envd = await startEnvd({ executable: !opts.bundle, stdout: log, logLevel: opts['log-level'] });
   if (log !== undefined) closeSync(log);
   const context = { envd, user: USER, dir };
   try {
@@ -184,7 +185,7 @@ async function main() {
       sampler.current = minute;
     };
     const ticker = setInterval(closeMinute, 60_000);
-    await runWorkers(context, stopAt, record);
+    await runWorkers(context, stopAt, record, { streams: Number(opts.streams) });
     clearInterval(ticker);
     await stopProbes();
     if (minute.ops > 0 || minute.errors > 0) closeMinute();

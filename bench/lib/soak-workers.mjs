@@ -195,9 +195,11 @@ export function prepareWorkDir(dir) {
  * `record(null)` after each operation that succeeded and `record(message)`
  * after each that failed.
  */
-export function runWorkers(context, stopAt, record) {
+export function runWorkers(context, stopAt, record, { streams = 1 } = {}) {
+  // More stream workers than one (soak --streams N) to hunt a rare end of a stream in the mix.
+  const workers = [...Object.entries(WORKERS), ...Array.from({ length: streams - 1 }, () => ['stream', stream])];
   return Promise.all(
-    Object.entries(WORKERS).map(async ([name, work]) => {
+    workers.map(async ([name, work]) => {
       for (let round = 0; performance.now() < stopAt; round++) {
         try {
           await withDeadline(name, work(context, round));
