@@ -77,8 +77,10 @@ async function stream({ envd, user }, round) {
   let exit;
   let outputEvents = 0;
   let errorEvent;
+  let pid;
   const done = readSse(res, (event, data) => {
-    if (event === 'stdout') {
+    if (event === 'start') pid = JSON.parse(data).pid;
+    else if (event === 'stdout') {
       stdout += JSON.parse(data).data;
       if (cut && ++outputEvents === 1) res.destroy();
     } else if (event === 'exit') exit = JSON.parse(data);
@@ -88,11 +90,11 @@ async function stream({ envd, user }, round) {
     await withDeadline('stream', done, () => res.destroy());
   } catch (error) {
     if (cut && outputEvents >= 1) return; // the client's own cut
-    throw new Error(`stream ended without its exit event (${error.message}; ${stdout.length} chars of output, ${slow ? 'slow' : 'fast'})`);
+    throw new Error(`stream of pid ${pid} ended without its exit event (${error.message}; ${stdout.length} chars of output, ${slow ? 'slow' : 'fast'})`);
   }
   if (errorEvent) throw new Error(`stream: error event ${errorEvent}`);
   if (cut && outputEvents >= 1 && !exit) return;
-  if (!exit) throw new Error(`stream ended without its exit event (the response ended; ${stdout.length} chars of output, ${slow ? 'slow' : 'fast'})`);
+  if (!exit) throw new Error(`stream of pid ${pid} ended without its exit event (the response ended; ${stdout.length} chars of output, ${slow ? 'slow' : 'fast'})`);
   expectResult('stream', exit);
   if (stdout !== seqText(lines)) throw new Error(`stream: ${stdout.length} chars of output, expected ${seqText(lines).length}`);
 }
