@@ -127,7 +127,7 @@ export async function buildApp({ config, logger, state = new SandboxState(config
 
   await openApi.attach(app);
 
-  await app.register(lifecycleRoutes, { config, state, processes, setClock, openApi });
+  await app.register(lifecycleRoutes, { config, state, processes, setClock, openApi, memoryBudget });
   await app.register(commandRoutes, { prefix: '/commands', config, state, processes });
   await app.register(fileRoutes, { prefix: '/files', config, state, receiver: processes.holderPath });
 

@@ -92,6 +92,7 @@ describe('the memory budget on a real envd', () => {
     const [a, b] = [await stalledDownload(), await stalledDownload()];
     expect([a.statusCode, b.statusCode]).toEqual([200, 200]);
     expect(server.app.envd.memoryBudget.usage().transfers).toBe(2 * RESERVE_BYTES.download);
+    expect((await server.json('GET', '/metrics')).body.client_memory_bytes).toBe(2 * RESERVE_BYTES.download);
 
     const refused = await server.json('GET', `/files/raw?path=${encodeURIComponent(file)}`);
     expect(refused.status).toBe(503);
