@@ -11,6 +11,7 @@ import type { ClockSetter } from './lifecycle/clock.js';
 import type { OpenApiSource } from './lifecycle/openapi-source.js';
 import { lifecycleRoutes } from './lifecycle/routes.js';
 import { closeAfterLingering } from './lingering-close.js';
+import { MemoryBudget, type MemoryPart } from './memory-budget.js';
 import { lazyRequestLogger } from './request-logger.js';
 import type { Logger } from './logger.js';
 import { SandboxState } from './sandbox-state.js';
@@ -27,6 +28,8 @@ export type RouteAuth = 'public' | 'init' | 'token';
 declare module 'fastify' {
   interface FastifyContextConfig {
     auth?: RouteAuth;
+    /** What the route holds on behalf of its client while it runs, taken from the memory budget (src/memory-budget.ts). */
+    memory?: { part: MemoryPart; bytes: number };
   }
 }
 
@@ -40,15 +43,17 @@ export interface AppDeps {
   openApi: OpenApiSource;
   /** cgroup or proc mode; by default detected and set up on this machine (in-process tests pass proc mode, never touching the runner's cgroup). */
   cgroups?: CgroupMode;
+  /** What envd holds for clients, bounded (tests pass a small one). */
+  memoryBudget?: MemoryBudget;
 }
 
-export type App = FastifyInstance & { envd: { state: SandboxState; processes: ProcessRegistry } };
+export type App = FastifyInstance & { envd: { state: SandboxState; processes: ProcessRegistry; memoryBudget: MemoryBudget } };
 
 const REQUEST_ID = /^[\w.:-]{1,64}$/;
 
 type ValidatorFactory = NonNullable<NonNullable<NonNullable<FastifyServerOptions['schemaController']>['compilersFactory']>['buildValidator']>;
 
-export async function buildApp({ config, logger, state = new SandboxState(config, runningUserName()), setClock, openApi, cgroups }: AppDeps): Promise<App> {
+export async function buildApp({ config, logger, state = new SandboxState(config, runningUserName()), setClock, openApi, cgroups, memoryBudget = new MemoryBudget() }: AppDeps): Promise<App> {
   const app = Fastify({
     loggerInstance: logger,
     // One line per request, written by the onResponse hook below, instead of fastify's two.
@@ -96,6 +101,17 @@ export async function buildApp({ config, logger, state = new SandboxState(config
     if (!state.token.matches(token)) throw new HttpError(401, 'invalid access token');
   });
 
+  // Work that holds memory for its client takes it from the budget first: it waits while the
+  // budget is spent, or is answered 503 "retry" (before anything starts), and gives it back when
+  // its response is over, whether sent, cut by the client, or taken over by a stream.
+  app.addHook('onRequest', async (request, reply) => {
+    const memory = request.routeOptions.config.memory;
+    if (!memory) return;
+    const reservation = await memoryBudget.reserve(memory.part, memory.bytes);
+    if (reply.raw.closed) reservation.release();
+    else reply.raw.once('close', () => reservation.release());
+  });
+
   // An answer sent before the request body was read to its end (413, 401, a
   // refused or failed upload) closes the connection, lingering so that a
   // client or proxy still sending receives the answer instead of a reset.
@@ -111,11 +127,11 @@ export async function buildApp({ config, logger, state = new SandboxState(config
 
   await openApi.attach(app);
 
-  await app.register(lifecycleRoutes, { config, state, processes, setClock, openApi });
+  await app.register(lifecycleRoutes, { config, state, processes, setClock, openApi, memoryBudget });
   await app.register(commandRoutes, { prefix: '/commands', config, state, processes });
   await app.register(fileRoutes, { prefix: '/files', config, state, receiver: processes.holderPath });
 
-  return Object.assign(app, { envd: { state, processes } }) as unknown as App;
+  return Object.assign(app, { envd: { state, processes, memoryBudget } }) as unknown as App;
 }
 
 function handleError(error: FastifyError | HttpError, request: FastifyRequest, reply: FastifyReply) {

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { ReclaimPolicy } from '../src/memory-reclaim.js';
+import { ExternalPolicy, ReclaimPolicy } from '../src/memory-reclaim.js';
 
 const MIB = 1024 * 1024;
 
@@ -84,5 +84,18 @@ describe('ReclaimPolicy', () => {
     expect(policy.shouldCollect({ rss: 70 * MIB, now: now + 5 * 60_000, busy: 0 })).toBe('after-load');
     policy.collected({ kind: 'after-load', before: 70 * MIB, after: 62 * MIB, now: now + 5 * 60_000 });
     expect(policy.shouldCollect({ rss: 62 * MIB, now: now + 60 * 60_000, busy: 0 })).toBeUndefined();
+  });
+});
+
+describe('ExternalPolicy', () => {
+  it('collects once buffers grew 16 MiB above their lowest level since the last collection, not before', () => {
+    const policy = new ExternalPolicy();
+    expect(policy.shouldCollect(2 * MIB)).toBe(false);
+    expect(policy.shouldCollect(1 * MIB)).toBe(false); // the floor follows V8's own collections down
+    expect(policy.shouldCollect(17 * MIB - 1)).toBe(false);
+    expect(policy.shouldCollect(17 * MIB)).toBe(true);
+    policy.collected(10 * MIB); // live buffers stay: growth is counted from what the collection left
+    expect(policy.shouldCollect(25 * MIB)).toBe(false);
+    expect(policy.shouldCollect(26 * MIB)).toBe(true);
   });
 });

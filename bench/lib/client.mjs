@@ -11,8 +11,9 @@ export class RouteMissing extends Error {}
  * Sends one request to envd. `body` is JSON (an object) or a readable stream
  * (raw bytes, with `headers` giving its Content-Length). Resolves with the
  * response, its body not yet read, unless `read` is set: then { status, body }.
+ * `agent` sends it over another pool of connections than the shared one.
  */
-export function send(envd, method, path, { body, headers = {}, read = true, signal } = {}) {
+export function send(envd, method, path, { body, headers = {}, read = true, signal, agent: through = agent } = {}) {
   return new Promise((resolve, reject) => {
     const json = body !== undefined && typeof body.pipe !== 'function' ? Buffer.from(JSON.stringify(body)) : undefined;
     const req = httpRequest(
@@ -21,7 +22,7 @@ export function send(envd, method, path, { body, headers = {}, read = true, sign
         port: envd.port,
         method,
         path,
-        agent,
+        agent: through,
         signal,
         headers: {
           authorization: `Bearer ${envd.token}`,

@@ -103,15 +103,16 @@ export async function waitForHealth(port, child, since = performance.now()) {
 /**
  * Runs a server process: `command` with `args`, `--port` chosen here when
  * `portFlag` is set (or PORT in its environment otherwise), waits for /health.
+ * `stdout`: where its log goes (a file descriptor), nowhere by default.
  * Resolves with { pid, port, url, token, startMs, stop() }.
  */
-export async function startServer({ command = process.execPath, args = [], env = {}, usePortFlag = true } = {}) {
+export async function startServer({ command = process.execPath, args = [], env = {}, usePortFlag = true, stdout = 'ignore' } = {}) {
   const port = await freePort();
   const allArgs = usePortFlag ? [...args, '--host', '127.0.0.1', '--port', String(port)] : args;
   const started = performance.now();
   const child = spawn(command, allArgs, {
     env: { PATH: process.env.PATH, HOME: process.env.HOME, USER: process.env.USER, PORT: String(port), ...env },
-    stdio: ['ignore', 'ignore', 'pipe'],
+    stdio: ['ignore', stdout, 'pipe'],
   });
   let stderr = '';
   child.stderr.on('data', (chunk) => (stderr = (stderr + chunk).slice(-4000)));
@@ -160,7 +161,7 @@ export function makeEnvdDirs() {
  * fresh token and reduced logging: the bench measures envd's work, not the
  * cost of one pino line per request on stdout (see README, Performance).
  */
-export async function startEnvd({ executable = false, logLevel = 'warn', dirs, token = randomBytes(24).toString('hex'), args = [], extraEnv = {} } = {}) {
+export async function startEnvd({ executable = false, logLevel = 'warn', dirs, token = randomBytes(24).toString('hex'), args = [], extraEnv = {}, stdout } = {}) {
   const file = executable ? ENVD_SEA : ENVD_JS;
   if (!existsSync(file)) throw new Error(`${file} does not exist (npm run build)`);
   // Its own state and spool directories (never the real /run/envd of a root run), removed when it stops
@@ -171,6 +172,7 @@ export async function startEnvd({ executable = false, logLevel = 'warn', dirs, t
     command: executable ? file : process.execPath,
     args: [...(executable ? [] : [...ENVD_NODE_FLAGS, ...(process.env.BENCH_PRELOAD ? ['--expose-gc', '-r', process.env.BENCH_PRELOAD] : []), file]), '--log-level', logLevel, '--state-dir', stateDir, '--spool-dir', spoolDir, ...args],
     env: { ...ENVD_ENV, ...BENCH_EXTRA_ENV, ENVD_ACCESS_TOKEN: token, ...extraEnv },
+    stdout,
   });
   return {
     ...server,

@@ -307,8 +307,12 @@ export class ProcessRegistry {
   private async follow(id: string, dir: string, meta: CommandMeta, adopted: boolean, started?: HolderPids): Promise<TrackedProcess> {
     const pids = started ?? readHolderPids(dir);
     if (!pids) throw new Error(`no pid file in ${dir}`);
+    // A fast command's holder may have finished (status written, socket gone) before envd connects:
+    // it is exiting, not unreachable, and its status says how the command ended.
+    let finished = false;
     const connected = await HolderLink.connect(join(dir, 'sock'), adopted ? RECONNECT_HELLO_TIMEOUT_MS : HELLO_TIMEOUT_MS).catch(async (error: unknown) => {
-      if (adopted || (await readHolderStatus(dir).catch(() => undefined))) return undefined;
+      finished = (await readHolderStatus(dir).catch(() => undefined)) !== undefined;
+      if (adopted || finished) return undefined;
       // Started, but not reachable: end it rather than track a command nobody can follow or kill.
       killProcessTree(pids.shellPid, { leaderReaped: false });
       signalProcess(pids.holderPid, 'SIGKILL');
@@ -328,7 +332,7 @@ export class ProcessRegistry {
       cgroup: this.cgroupMode.mode === 'cgroup' && this.cgroupMode.cgroups.exists(id) ? { cgroups: this.cgroupMode.cgroups, id } : undefined,
     });
     if (connected) return proc;
-    if (proc.holderAlive()) void proc.reconnect();
+    if (!finished && proc.holderAlive()) void proc.reconnect();
     else await proc.completeFromStatus();
     return proc;
   }

@@ -34,6 +34,7 @@ import { resumeCursor } from './resume.js';
 import { prepareCommand } from './spawn.js';
 import { streamProcess } from './sse.js';
 import type { TrackedProcess } from './tracked-process.js';
+import { RESERVE_BYTES } from '../memory-budget.js';
 
 export interface CommandRoutesOptions {
   config: Config;
@@ -94,7 +95,7 @@ export const commandRoutes: FastifyPluginAsyncTypebox<CommandRoutesOptions> = as
 
   app.post(
     '/stream',
-    { schema: { summary: 'Run a command and stream its output as server-sent events', body: StreamBody, response: { 200: EventStream, ...errors } } },
+    { config: { memory: { part: 'streams', bytes: RESERVE_BYTES.stream } }, schema: { summary: 'Run a command and stream its output as server-sent events', body: StreamBody, response: { 200: EventStream, ...errors } } },
     async (request, reply) => {
       // Everything that can fail with a JSON error happens before the stream starts.
       const prepared = await prepareCommand(request.body, state);
@@ -158,6 +159,7 @@ export const commandRoutes: FastifyPluginAsyncTypebox<CommandRoutesOptions> = as
   app.get(
     '/:pid/stream',
     {
+      config: { memory: { part: 'streams', bytes: RESERVE_BYTES.stream } },
       schema: {
         summary: 'Attach: replay the kept output (from Last-Event-ID or ?from= when resuming), then follow live output until exit',
         params: PidParams,

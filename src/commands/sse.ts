@@ -74,7 +74,8 @@ export async function streamProcess(
     if (closed) return;
     closed = true;
     if (subscriber) proc.unsubscribe(subscriber);
-    if (killOnDisconnect && proc.running) {
+    // envd ended the stream itself (abort: its client was told to attach again): the command runs on.
+    if (killOnDisconnect && proc.running && !subscriber?.aborted) {
       request.log.info({ pid: proc.pid }, 'stream client went away: killing the command');
       proc.kill();
     }
@@ -121,6 +122,8 @@ class SseSubscriber implements OutputSubscriber {
   private unflushed = 0;
   private onFlushed: (() => void) | undefined;
   private readonly keepAlive: NodeJS.Timeout;
+  /** envd ended this stream before `exit` (abort): its leaving is not the client's. */
+  aborted = false;
 
   constructor(
     private readonly session: Session,
@@ -217,9 +220,17 @@ class SseSubscriber implements OutputSubscriber {
     this.cursors[stream].dropCarried();
   }
 
-  abort(): void {
+  abort(message: string): void {
+    this.aborted = true;
     clearInterval(this.keepAlive);
-    this.res.destroy();
+    // On a socket lent to the holder an event may have been cut halfway: ending the connection is all that is left.
+    if (this.lent || !this.session.isConnected || this.res.destroyed) {
+      this.res.destroy();
+      return;
+    }
+    // Never a silent end: the client learns why its stream stopped before `exit` (docs/api.md).
+    this.write('error', { message });
+    this.res.end();
   }
 
   finish(exit: ExitInfo): void {
@@ -296,9 +307,9 @@ class SseSubscriber implements OutputSubscriber {
         this.wakeReplay = undefined;
       }
     } catch (error) {
-      // The headers are out: a failure now can only cut the stream short.
+      // The headers are out: a failure now ends the stream, with an `error` event that says so.
       this.log.warn({ err: error, pid: this.proc.pid }, 'replaying kept output failed: ending the stream');
-      this.res.destroy();
+      this.abort(`the kept output of pid ${this.proc.pid} could not be read: ${(error as Error).message}`);
       return;
     }
     if (!this.session.isConnected) return;

@@ -60,8 +60,11 @@ export interface OutputSubscriber {
   pushText(stream: StreamName, json: Buffer, offset?: number): void;
   /** The last call: the command has ended and its output is complete. */
   finish(exit: ExitInfo): void;
-  /** The output can no longer be followed without a gap (envd lost the holder's channel): the stream ends, cut. */
-  abort(): void;
+  /**
+   * The output can no longer be followed without a gap (envd lost the holder's channel): the stream
+   * ends before `exit`, with an `error` event saying `message` where envd may still write to it, else cut.
+   */
+  abort(message: string): void;
   /** True while it holds output it could not yet write; the command is paused meanwhile. */
   readonly backedUp: boolean;
   /** The client's socket, if the holder may write this subscriber's live output to it itself. */
@@ -595,7 +598,8 @@ export class TrackedProcess {
     if (!this.exitSeen && this.finalLogEnd === undefined && !this.released && !this.detached && this.holderAlive()) {
       this.lent = undefined;
       this.live = 'off';
-      for (const subscriber of this.subscribers.keys()) subscriber.abort();
+      const message = `envd lost its link to the holder of pid ${this.pid} (it runs on): attach again (GET /commands/${this.pid}/stream) to follow it`;
+      for (const subscriber of this.subscribers.keys()) subscriber.abort(message);
       this.subscribers.clear();
       void this.reconnect();
       return;

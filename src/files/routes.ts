@@ -3,6 +3,7 @@ import { lstat } from 'node:fs/promises';
 import { basename } from 'node:path';
 import { Readable } from 'node:stream';
 import type { Config } from '../config.js';
+import { RESERVE_BYTES } from '../memory-budget.js';
 import { badRequest, HttpError, errnoToHttpError } from '../errors.js';
 import { extractArchive, hashedHere } from './archive-extract.js';
 import { relayArchive } from './archive-relay.js';
@@ -42,6 +43,7 @@ export const fileRoutes: FastifyPluginAsyncTypebox<FileRoutesOptions> = async (a
     '/raw',
     {
       bodyLimit: UPLOAD_LIMIT,
+      config: { memory: { part: 'transfers', bytes: RESERVE_BYTES.upload } },
       schema: {
         summary: 'Upload a file (raw bytes, streamed, atomic)',
         querystring: S.UploadQuery,
@@ -65,6 +67,7 @@ export const fileRoutes: FastifyPluginAsyncTypebox<FileRoutesOptions> = async (a
   app.get(
     '/raw',
     {
+      config: { memory: { part: 'transfers', bytes: RESERVE_BYTES.download } },
       schema: {
         summary: 'Download a file (streamed; single Range requests answered with 206)',
         querystring: S.PathQuery,
@@ -153,6 +156,7 @@ export const fileRoutes: FastifyPluginAsyncTypebox<FileRoutesOptions> = async (a
   app.get(
     '/archive',
     {
+      config: { memory: { part: 'archives', bytes: RESERVE_BYTES.archive } },
       schema: {
         summary: 'Download a directory tree as tar or tar.gz (streamed: modes, mtimes, owners, symlinks not followed)',
         querystring: S.ArchiveQuery,
@@ -177,6 +181,7 @@ export const fileRoutes: FastifyPluginAsyncTypebox<FileRoutesOptions> = async (a
     {
       // No limit but the disk (extractArchive refuses what would fill it: 413).
       bodyLimit: Number.MAX_SAFE_INTEGER,
+      config: { memory: { part: 'archives', bytes: RESERVE_BYTES.archive } },
       schema: {
         summary: 'Extract a streamed tar or tar.gz into a directory, all or nothing (mode create, merge or replace)',
         querystring: S.ExtractQuery,
@@ -231,6 +236,7 @@ export const fileRoutes: FastifyPluginAsyncTypebox<FileRoutesOptions> = async (a
   app.post(
     '/watch',
     {
+      config: { memory: { part: 'watches', bytes: RESERVE_BYTES.watch } },
       schema: {
         summary: 'Watch a directory: text/event-stream of ready, then change events',
         body: S.WatchBody,

@@ -29,6 +29,7 @@ export class MetricsReader {
     private readonly countTracked: () => number,
     private readonly keptOutput: () => { memory: number; spool: number },
     private readonly commands: () => CommandsFigures = () => ({ commands_mode: 'proc' }),
+    private readonly clientMemory: () => number = () => 0,
   ) {}
 
   async read(): Promise<Metrics> {
@@ -51,6 +52,7 @@ export class MetricsReader {
       processes_tracked: this.countTracked(),
       envd_rss_bytes: process.memoryUsage.rss(),
       ...keptOutputFigures(this.keptOutput()),
+      client_memory_bytes: this.clientMemory(),
       uptime_s: Number(uptime.split(' ')[0]),
       ...this.commands(),
     };

@@ -10,6 +10,7 @@ import { MetricsReader } from './metrics.js';
 import type { OpenApiSource } from './openapi-source.js';
 import { TokenFile } from './token-file.js';
 import { EnvsSchema, HealthSchema, InitBody, MetricsSchema, OpenApiSchema } from './schemas.js';
+import type { MemoryBudget } from '../memory-budget.js';
 
 export interface LifecycleRoutesOptions {
   config: Config;
@@ -18,15 +19,18 @@ export interface LifecycleRoutesOptions {
   /** Sets the system clock on /init; the real `date -s` unless a test injects its own. */
   setClock?: ClockSetter;
   openApi: OpenApiSource;
+  /** What envd holds for clients: /metrics shows how much is taken. */
+  memoryBudget?: MemoryBudget;
 }
 
-export const lifecycleRoutes: FastifyPluginAsyncTypebox<LifecycleRoutesOptions> = async (app, { config, state, processes, setClock = systemClockSetter(processes.holderPath), openApi }) => {
+export const lifecycleRoutes: FastifyPluginAsyncTypebox<LifecycleRoutesOptions> = async (app, { config, state, processes, setClock = systemClockSetter(processes.holderPath), openApi, memoryBudget }) => {
   const log = app.log.child({ feature: 'lifecycle' });
   const clock = new ClockSync(setClock, log);
   const metrics = new MetricsReader(
     () => processes.size,
     () => processes.usage(),
     () => processes.commandsFigures(),
+    () => memoryBudget?.usage().total ?? 0,
   );
   const tokenFile = config.accessTokenFile === undefined ? undefined : new TokenFile(config.accessTokenFile, log);
 

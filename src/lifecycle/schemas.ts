@@ -47,6 +47,7 @@ export const MetricsSchema = Type.Object(
   envd_rss_bytes: Type.Integer({ minimum: 0, description: "envd's resident set size" }),
   output_memory_bytes: Type.Integer({ minimum: 0, description: 'Kept command output held in memory (tmpfs under the state dir), all commands together' }),
   output_spool_bytes: Type.Integer({ minimum: 0, description: 'Kept command output in the spool on disk, all commands together' }),
+  client_memory_bytes: Type.Integer({ minimum: 0, description: "Memory taken now from envd's budget for clients: streams, transfers, archives, watches (src/memory-budget.ts)" }),
   uptime_s: Type.Number({ minimum: 0, description: 'System uptime from /proc/uptime' }),
   commands_mode: Type.String({ enum: ['cgroup', 'proc'], description: 'cgroup: a cgroup v2 per command (limits, cgroup.kill, reasons oom_killed and pids_exhausted); proc: the /proc walk, no limits' }),
   commands_mode_reason: Type.Optional(Type.String({ description: 'Why envd runs without cgroups (proc mode)' })),

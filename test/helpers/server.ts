@@ -57,7 +57,7 @@ export function makeEnvdDirs(): { root: string; stateDir: string; spoolDir: stri
 }
 
 /** A real envd listening on 127.0.0.1 on a free port, in this process. `deps` injects e.g. a fake clock setter. */
-export async function startServer(overrides: Partial<Config> = {}, deps: Pick<AppDeps, 'setClock' | 'cgroups'> = {}): Promise<TestServer> {
+export async function startServer(overrides: Partial<Config> = {}, deps: Pick<AppDeps, 'setClock' | 'cgroups' | 'memoryBudget'> = {}): Promise<TestServer> {
   const token = 'accessToken' in overrides ? overrides.accessToken : randomBytes(16).toString('hex');
   const logs: string[] = [];
   const sink = new Writable({

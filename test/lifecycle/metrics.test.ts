@@ -11,7 +11,7 @@ afterEach(async () => {
   server = undefined;
 });
 
-const FIELDS = ['cpu_count', 'cpu_used_pct', 'mem_total_mib', 'mem_used_mib', 'disk_total_bytes', 'disk_used_bytes', 'processes_tracked', 'envd_rss_bytes', 'uptime_s', 'output_memory_bytes', 'output_spool_bytes'];
+const FIELDS = ['cpu_count', 'cpu_used_pct', 'mem_total_mib', 'mem_used_mib', 'disk_total_bytes', 'disk_used_bytes', 'processes_tracked', 'envd_rss_bytes', 'uptime_s', 'output_memory_bytes', 'output_spool_bytes', 'client_memory_bytes'];
 const MiB = 1024 * 1024;
 
 describe('GET /metrics', () => {

@@ -1,0 +1,103 @@
+// What the soak reads of a running envd from outside: its memory, its
+// descriptors by kind, the processes it is responsible for, and what it keeps
+// on disk. Everything comes from /proc and the directories envd was given.
+import { existsSync, readdirSync, readFileSync, readlinkSync } from 'node:fs';
+import { join } from 'node:path';
+
+/** Where envd puts one cgroup per command in cgroup mode (absent in proc mode). */
+const COMMAND_CGROUPS = '/sys/fs/cgroup/envd-commands';
+
+/** VmRSS and RssAnon of a process, in bytes. */
+export function memory(pid) {
+  const status = readFileSync(`/proc/${pid}/status`, 'utf8');
+  const field = (name) => Number(new RegExp(`^${name}:\\s+(\\d+)`, 'm').exec(status)?.[1] ?? NaN) * 1024;
+  return { rss: field('VmRSS'), anon: field('RssAnon') };
+}
+
+/**
+ * envd's open descriptors counted by kind: socket, pipe, anon_inode:<what>,
+ * or file (anything with a path). A leak shows as a kind that does not come
+ * back to its idle count.
+ */
+export function descriptors(pid) {
+  const kinds = {};
+  for (const fd of readdirSync(`/proc/${pid}/fd`)) {
+    let target;
+    try {
+      target = readlinkSync(`/proc/${pid}/fd/${fd}`);
+    } catch {
+      continue; // closed while we looked
+    }
+    const kind = target.startsWith('socket:') ? 'socket' : target.startsWith('pipe:') ? 'pipe' : target.startsWith('anon_inode:') ? target : 'file';
+    kinds[kind] = (kinds[kind] ?? 0) + 1;
+  }
+  return kinds;
+}
+
+export const total = (kinds) => Object.values(kinds).reduce((a, b) => a + b, 0);
+
+/** Every process as { pid, ppid, state, argv0 }, read in one pass over /proc. */
+function processTable() {
+  const table = [];
+  for (const entry of readdirSync('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      const stat = readFileSync(`/proc/${entry}/stat`, 'utf8');
+      const rest = stat.slice(stat.lastIndexOf(') ') + 2).split(' ');
+      const argv0 = readFileSync(`/proc/${entry}/cmdline`, 'utf8').split('\0')[0];
+      table.push({ pid: Number(entry), ppid: Number(rest[1]), state: rest[0], argv0 });
+    } catch {
+      // exited while we looked
+    }
+  }
+  return table;
+}
+
+/**
+ * The processes envd is responsible for: its children (the spawner, receivers,
+ * relays), every process of its holder binary (holders are forked by the
+ * spawner and run in their own sessions; their argv[0] is the binary envd wrote
+ * into its state directory), and all their descendants (the commands).
+ * `zombies` counts those left unreaped, envd's own children included.
+ */
+export function processes(envdPid, stateDir) {
+  const table = processTable();
+  const binDir = join(stateDir, 'bin') + '/';
+  const roots = table.filter((p) => p.ppid === envdPid || p.argv0.startsWith(binDir));
+  const children = new Map();
+  for (const p of table) children.set(p.ppid, [...(children.get(p.ppid) ?? []), p]);
+  const seen = new Map();
+  const stack = [...roots];
+  while (stack.length) {
+    const p = stack.pop();
+    if (seen.has(p.pid)) continue;
+    seen.set(p.pid, p);
+    stack.push(...(children.get(p.pid) ?? []));
+  }
+  const all = [...seen.values()];
+  return {
+    count: all.filter((p) => p.state !== 'Z').length,
+    holders: all.filter((p) => p.argv0.startsWith(binDir) && p.ppid !== envdPid && p.state !== 'Z').length,
+    zombies: all.filter((p) => p.state === 'Z').length,
+  };
+}
+
+/** Files under a directory, recursively (a missing directory has none). */
+function countFiles(dir) {
+  if (!existsSync(dir)) return 0;
+  let count = 0;
+  for (const entry of readdirSync(dir, { withFileTypes: true })) {
+    count += entry.isDirectory() ? 1 + countFiles(join(dir, entry.name)) : 1;
+  }
+  return count;
+}
+
+/** What envd keeps on disk for commands: their state directories, spool files, and cgroups. */
+export function kept(stateDir, spoolDir) {
+  const cmds = join(stateDir, 'cmds');
+  return {
+    stateDirs: existsSync(cmds) ? readdirSync(cmds).length : 0,
+    spoolFiles: countFiles(spoolDir),
+    cgroups: existsSync(COMMAND_CGROUPS) ? readdirSync(COMMAND_CGROUPS, { withFileTypes: true }).filter((e) => e.isDirectory()).length : 0,
+  };
+}
