@@ -191,12 +191,14 @@ export const fileRoutes: FastifyPluginAsyncTypebox<FileRoutesOptions> = async (a
       if (!(request.body instanceof Readable)) throw badRequest('body: a tar or tar.gz archive is required (content-type application/x-tar, application/gzip or application/octet-stream)');
       const owner = await resolveOwner(state, request.query.username);
       const mode = (request.query.mode ?? 'create') as 'create' | 'merge' | 'replace';
+      // Setuid and setgid bits only where root extracts for root.
+      const options = { owner, keepSetId: owner?.uid === 0 };
       const relayed = relayArchive(request.raw, receiver);
-      if (!relayed) return extractArchive(hashedHere(request.body), path, mode, owner);
+      if (!relayed) return extractArchive(hashedHere(request.body), path, mode, options);
       // Node's parser still waits for the relayed body: this connection can take no further request.
       reply.header('connection', 'close');
       try {
-        return await extractArchive(relayed, path, mode, owner);
+        return await extractArchive(relayed, path, mode, options);
       } finally {
         await relayed.close();
       }
