@@ -34,10 +34,13 @@ export const MAX_NAME_BYTES = 4095;
  * What the extraction holds about an archive's names until its end: each
  * directory entry's name, mode and mtime (applied last), and each symlink's
  * name and target (made last). Counted as their bytes plus HELD_RECORD_BYTES
- * each; past this the archive is a 413. 60,000 directories of 3.7 KB names
- * held 230 MiB unbounded; a node_modules tree of 100,000 directories holds ~14 MiB.
+ * each; past this the archive is a 413. Files' names are not held. 60,000
+ * directories of 3.7 KB names held 230 MiB unbounded; RSS grows ~4x what is
+ * held while such an archive is read (the decoding's garbage included),
+ * so ~64 MiB at most (test/files/archive-memory.test.ts measures it on
+ * dist/envd). A node_modules tree of 100,000 directories holds ~14 MiB.
  */
-export const MAX_HELD_NAME_BYTES = 32 * 1024 * 1024;
+export const MAX_HELD_NAME_BYTES = 16 * 1024 * 1024;
 /** What one held record costs beyond its names (the object, the map's slot). */
 export const HELD_RECORD_BYTES = 64;
 /** Directories known to exist, so that most entries skip the mkdir of their parent: at most this many, then forgotten. */
