@@ -1,8 +1,7 @@
-import { rm } from 'node:fs/promises';
 import type { IncomingHttpHeaders, IncomingMessage } from 'node:http';
 import { Transform } from 'node:stream';
 import { HttpError, badRequest } from '../errors.js';
-import { fillAtomically, fillTemp, writeTemp } from './atomic-write.js';
+import { fillAtomically, fillTemp, writeSource } from './atomic-write.js';
 import { sha256OfFile } from './checksum.js';
 import { spliceableLength } from './body-takeover.js';
 import { spliceBody } from './upload-splice.js';
@@ -56,29 +55,40 @@ export async function receiveUpload(request: IncomingMessage, target: string, ow
       // A large body with a Content-Length (checked against the limit before the body was read): the kernel
       // moves it, and envd hashes the temporary file as it grows, from the page cache, meanwhile.
       let sha256 = '';
-      const written = await fillAtomically(target, owner, (mode) =>
-        fillTemp(target, owner, mode, async (handle, temp) => {
-          const spliced = spliceBody(request, handle, spliceable, receiver!);
-          // Both settled before anything else happens to the file: a failed splice's temp file is removed
-          // (and its disk unmountable) only once the hash has closed it too; the splice's error is the answer.
-          const [splice, hash] = await Promise.allSettled([spliced, sha256OfFile(temp, spliced)]);
-          if (splice.status === 'rejected') throw splice.reason;
-          if (hash.status === 'rejected') throw hash.reason;
-          sha256 = hash.value;
-        }),
+      const written = await fillAtomically(target, owner, (mode, dir) =>
+        fillTemp(
+          target,
+          owner,
+          mode,
+          async (handle, readPath) => {
+            const spliced = spliceBody(request, handle, spliceable, receiver!);
+            // Both settled before anything else happens to the file: a failed splice's temp file is removed
+            // (and its disk unmountable) only once the hash has closed it too; the splice's error is the answer.
+            const [splice, hash] = await Promise.allSettled([spliced, sha256OfFile(readPath, spliced)]);
+            if (splice.status === 'rejected') throw splice.reason;
+            if (hash.status === 'rejected') throw hash.reason;
+            sha256 = hash.value;
+          },
+          dir,
+        ),
       );
       return { ...written, sha256, spliced: true };
     }
-    // Small or chunked bodies: hashed from the page cache once written (the temporary file, before it is renamed).
+    // Small or chunked bodies: hashed from the page cache once written (the temporary file through its
+    // own descriptor, before it is renamed: never by a name a user could swap).
     let sha256 = '';
-    const written = await fillAtomically(target, owner, async (mode) => {
-      const filled = await writeTemp(target, request.iterator({ destroyOnReturn: false }), owner, mode, limitBytes(UPLOAD_LIMIT));
-      sha256 = await sha256OfFile(filled.temp).catch(async (error: unknown) => {
-        await rm(filled.temp, { force: true });
-        throw error;
-      });
-      return filled;
-    });
+    const written = await fillAtomically(target, owner, (mode, dir) =>
+      fillTemp(
+        target,
+        owner,
+        mode,
+        async (handle, readPath) => {
+          await writeSource(request.iterator({ destroyOnReturn: false }), limitBytes(UPLOAD_LIMIT))(handle);
+          sha256 = await sha256OfFile(readPath);
+        },
+        dir,
+      ),
+    );
     return { ...written, sha256, spliced: false };
   } catch (error) {
     // The client went away mid-body: nobody reads this answer, and it is not envd's fault (no 500 in the logs).
