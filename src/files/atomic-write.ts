@@ -3,7 +3,7 @@ import { open, unlink, type FileHandle } from 'node:fs/promises';
 import { posix } from 'node:path';
 import type { Readable, Transform } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
-import { badRequest, errnoToHttpError } from '../errors.js';
+import { badRequest, conflict, errnoToHttpError } from '../errors.js';
 import { STREAM_CHUNK_BYTES } from './chunk-size.js';
 import type { Owner } from './paths.js';
 import { createExclusive, lstatAt, openDirectory, openParent, renameAt, reopenPath, type UserDir } from './user-path.js';
@@ -81,6 +81,8 @@ export interface Filled {
   /** Its name in the target's directory. */
   name: string;
   size: number;
+  /** Its inode: the rename checks that the name still holds this file. */
+  ino: number;
 }
 
 /**
@@ -141,8 +143,8 @@ export async function fillTemp(
     try {
       keeper = await open(reopenPath(handle), 'r');
       await fill(handle, reopenPath(keeper));
-      const { size } = await keeper.stat();
-      return { temp: parent.child(name), name, size };
+      const { size, ino } = await keeper.stat();
+      return { temp: parent.child(name), name, size, ino };
     } catch (error) {
       await handle.close().catch(() => {});
       await unlink(parent.at(name)).catch(() => {});
@@ -154,6 +156,8 @@ export async function fillTemp(
     if (!dir) await parent.close();
   }
 }
+
+const replaced = (target: string) => conflict(`${target}: its temporary file was replaced by another process while it was written; the target may hold what that process put there`);
 
 /** The whole atomic write: the target shows the old bytes or the new ones, never a mix. */
 export async function writeAtomically(target: string, source: ByteSource, owner: Owner | undefined, through?: Transform): Promise<{ path: string; size: number }> {
@@ -168,13 +172,17 @@ export async function writeAtomically(target: string, source: ByteSource, owner:
 export async function fillAtomically(target: string, owner: Owner | undefined, writeTempFile: (mode: number, dir: UserDir) => Promise<Filled>): Promise<{ path: string; size: number }> {
   const prepared = await openTarget(target, owner);
   try {
-    const { name, size } = await writeTempFile(prepared.mode, prepared.dir);
+    const { name, size, ino } = await writeTempFile(prepared.mode, prepared.dir);
+    // A user who can write the directory can rename the temporary file away and put something in its
+    // place: that is theirs, and is neither moved over the target nor answered for.
+    if ((await lstatAt(prepared.dir, name))?.ino !== ino) throw replaced(target);
     try {
       await renameAt(prepared.dir, name, prepared.dir, prepared.name);
     } catch (error) {
       await unlink(prepared.dir.at(name)).catch(() => {});
       throw errnoToHttpError(error, target);
     }
+    if ((await lstatAt(prepared.dir, prepared.name))?.ino !== ino) throw replaced(target);
     return { path: target, size };
   } finally {
     await prepared.dir.close();

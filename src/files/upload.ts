@@ -25,16 +25,44 @@ export function checkUploadHeaders(headers: IncomingHttpHeaders): void {
   if (declared !== undefined && Number(declared) > UPLOAD_LIMIT) throw tooLarge();
 }
 
-/** Passes bytes through, failing with 413 the moment more than `limit` have gone by (chunked bodies declare no length). */
-export function limitBytes(limit: number): Transform {
+/**
+ * An upload body that sends nothing for this long is answered 408 and its
+ * temporary file removed: the client is gone or stuck, and the request would
+ * otherwise hold its connection and file forever. The holder's receive mode
+ * (large bodies) keeps the same limit (RECEIVE_IDLE_MS in src/holder/receive.c).
+ */
+export const UPLOAD_IDLE_MS = 60_000;
+
+/**
+ * Passes bytes through, failing with 413 the moment more than `limit` have
+ * gone by (chunked bodies declare no length), and with 408 when no bytes
+ * arrive for `idleMs` (counted from the start, and again after each chunk).
+ */
+export function guardBody(limit: number, idleMs: number): Transform {
   let seen = 0;
-  return new Transform({
+  let timer: NodeJS.Timeout | undefined;
+  const arm = () => {
+    clearTimeout(timer);
+    timer = setTimeout(() => guard.destroy(new HttpError(408, `upload stalled: no body bytes for ${idleMs / 1000} s`)), idleMs);
+  };
+  const guard = new Transform({
     transform(chunk: Buffer, _encoding, done) {
+      arm();
       seen += chunk.length;
       if (seen > limit) done(tooLarge());
       else done(null, chunk);
     },
+    flush(done) {
+      clearTimeout(timer);
+      done();
+    },
+    destroy(error, done) {
+      clearTimeout(timer);
+      done(error);
+    },
   });
+  arm();
+  return guard;
 }
 
 /**
@@ -48,7 +76,7 @@ export function limitBytes(limit: number): Transform {
  * (upload-splice.ts); then `spliced` is true and the caller must close the
  * connection after its answer: Node's parser never saw the body's end.
  */
-export async function receiveUpload(request: IncomingMessage, target: string, owner: Owner | undefined, receiver?: string): Promise<{ path: string; size: number; sha256: string; spliced: boolean }> {
+export async function receiveUpload(request: IncomingMessage, target: string, owner: Owner | undefined, receiver?: string, idleMs = UPLOAD_IDLE_MS): Promise<{ path: string; size: number; sha256: string; spliced: boolean }> {
   const spliceable = receiver === undefined ? undefined : spliceableLength(request);
   try {
     if (spliceable !== undefined) {
@@ -83,7 +111,7 @@ export async function receiveUpload(request: IncomingMessage, target: string, ow
         owner,
         mode,
         async (handle, readPath) => {
-          await writeSource(request.iterator({ destroyOnReturn: false }), limitBytes(UPLOAD_LIMIT))(handle);
+          await writeSource(request.iterator({ destroyOnReturn: false }), guardBody(UPLOAD_LIMIT, idleMs))(handle);
           sha256 = await sha256OfFile(readPath);
         },
         dir,

@@ -185,7 +185,10 @@ async function makeOne(dir: UserDir, name: string, owner: Owner | undefined): Pr
   try {
     await mkdir(dir.at(name), 0o755);
   } catch (error) {
-    if ((error as NodeJS.ErrnoException).code === 'EEXIST') return undefined;
+    const code = (error as NodeJS.ErrnoException).code;
+    if (code === 'EEXIST') return undefined;
+    // The directory is open, so it exists: a file system that makes nothing (/proc) says ENOENT.
+    if (code === 'ENOENT') throw new HttpError(403, `${dir.child(name)}: cannot be created: ${dir.path} takes no new entries (a pseudo-file system)`);
     throw error;
   }
   const handle = await open(dir.at(name), O_RDONLY | O_DIRECTORY | O_NOFOLLOW);
