@@ -2,6 +2,7 @@ import { lstat } from 'node:fs/promises';
 import type { Readable } from 'node:stream';
 import { createGzip } from 'node:zlib';
 import { badRequest, errnoToHttpError } from '../errors.js';
+import type { Owner } from './paths.js';
 import { TarBody } from './tar/body.js';
 
 export type ArchiveFormat = 'tar' | 'tar.gz';
@@ -14,12 +15,12 @@ export type ArchiveFormat = 'tar' | 'tar.gz';
  * 404, a file is a 400. A failure later (a file that cannot be read) ends
  * the response without its end-of-archive blocks, which every tar reader reports.
  */
-export async function packDirectory(dir: string, format: ArchiveFormat): Promise<Readable> {
+export async function packDirectory(dir: string, format: ArchiveFormat, owner?: Owner): Promise<Readable> {
   const info = await lstat(dir).catch((error: NodeJS.ErrnoException) => {
     throw errnoToHttpError(error, dir);
   });
   if (!info.isDirectory()) throw badRequest(`path: ${dir} is not a directory`);
-  const tar = new TarBody(dir);
+  const tar = new TarBody(dir, owner);
   if (format === 'tar') return tar;
   const gzip = createGzip({ level: 6 });
   tar.on('error', (error) => gzip.destroy(error));

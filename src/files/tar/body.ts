@@ -1,5 +1,6 @@
 import { Readable, type Writable } from 'node:stream';
 import { BufferRing } from '../buffer-ring.js';
+import type { Owner } from '../paths.js';
 import { CHUNK_BYTES, PIECE_BYTES, tarPieces } from './write.js';
 
 /**
@@ -15,9 +16,9 @@ export class TarBody extends Readable {
   private readonly ring = new BufferRing(PIECE_BYTES);
   private readonly pieces: AsyncGenerator<Buffer>;
 
-  constructor(root: string) {
+  constructor(root: string, owner?: Owner) {
     super({ highWaterMark: CHUNK_BYTES });
-    this.pieces = tarPieces(root, (size) => this.ring.take(size, this.dest ? this.readableLength + this.dest.writableLength : Infinity));
+    this.pieces = tarPieces(root, (size) => this.ring.take(size, this.dest ? this.readableLength + this.dest.writableLength : Infinity), owner);
   }
 
   override pipe<T extends NodeJS.WritableStream>(destination: T, options?: { end?: boolean }): T {
