@@ -1,11 +1,11 @@
 import { createHash, randomBytes } from 'node:crypto';
 import { constants } from 'node:fs';
-import { chmod, chown, lstat, mkdir, open, readdir, rename, rm, rmdir, stat, type FileHandle } from 'node:fs/promises';
-import { dirname, join } from 'node:path';
+import { chmod, lstat, mkdir, open, readdir, rename, rm, rmdir, type FileHandle } from 'node:fs/promises';
+import { join } from 'node:path';
 import { Readable } from 'node:stream';
 import { createGunzip } from 'node:zlib';
 import { badRequest, conflict, HttpError } from '../errors.js';
-import { pathOfDescriptor } from './archive-anchor.js';
+import { openTargetParent, pathOfDescriptor, removeMadeParents, type TargetParent } from './archive-anchor.js';
 import { EntryWriter } from './archive-entries.js';
 import { checkMerge, moveInto } from './archive-merge.js';
 import { readAhead } from './read-ahead.js';
@@ -61,19 +61,21 @@ export async function extractArchive(body: ArchiveBody, dir: string, mode: Extra
 }
 
 async function extractAlone(body: ArchiveBody, dir: string, mode: ExtractMode, { owner, keepSetId = false }: ExtractOptions): Promise<Extracted> {
-  const existing = await lstat(dir).catch(() => undefined);
-  if (existing && !existing.isDirectory()) throw conflict(`path: ${dir} exists and is not a directory`);
-  if (existing && mode === 'create') throw conflict(`path: ${dir} exists; use mode=merge or mode=replace`);
-  const parent = dirname(dir);
-  const madeParents = await makeParents(parent, owner);
-  const temp = join(parent, `.envd-archive-${randomBytes(6).toString('hex')}`);
+  // The target's parent, walked without following what another user can change, made as needed (the owner's).
+  const { parent, created } = await openTargetParent(dir, owner);
+  const tempName = `.envd-archive-${randomBytes(6).toString('hex')}`;
   let anchor: FileHandle | undefined;
   let writer: EntryWriter | undefined;
   try {
-    await mkdir(temp, { mode: 0o700 });
-    anchor = await open(temp, constants.O_RDONLY | constants.O_DIRECTORY | constants.O_NOFOLLOW);
+    const existing = await lstat(parent.at(parent.name)).catch(absent);
+    if (existing && !existing.isDirectory()) throw conflict(`path: ${dir} exists and is not a directory`);
+    if (existing && mode === 'create') throw conflict(`path: ${dir} exists; use mode=merge or mode=replace`);
+    await mkdir(parent.at(tempName), { mode: 0o700 });
+    anchor = await open(parent.at(tempName), constants.O_RDONLY | constants.O_DIRECTORY | constants.O_NOFOLLOW).catch(() => {
+      throw conflict(`path: the temporary directory ${parent.child(tempName)} was replaced before envd opened it; nothing was written`);
+    });
     const made = await anchor.stat();
-    const root = pathOfDescriptor(anchor.fd, temp);
+    const root = pathOfDescriptor(anchor, parent.at(tempName));
     // No chown per entry where what envd creates has the owner's ids already: the temporary tree is
     // theirs and passes on no other group (no set-group-id bit). A directory the archive makes is
     // created the same way, so its entries are too.
@@ -83,24 +85,26 @@ async function extractAlone(body: ArchiveBody, dir: string, mode: ExtractMode, {
     await readTar(gzipped ? gunzip(chunks) : chunks, writer);
     writer.finish();
     const merging = existing !== undefined && mode === 'merge';
-    if (merging) await checkMerge(root, dir, dir, writer.directories);
+    const target = parent.at(parent.name);
+    if (merging) await checkMerge(root, target, dir, writer.directories);
     // A plain user cannot move a directory without write permission into another (its `..` changes):
     // their merge sets modes once moved. Root sets them here, inside the tree no one else can enter.
-    const settleAfterMerge = merging && process.getuid?.() !== 0;
+    const settleAfterMerge = merging && process.geteuid?.() !== 0;
     if (!settleAfterMerge) writer.settleDirectories();
     await anchor.chmod(0o755);
     if (owner) await anchor.chown(owner.uid, owner.gid);
     const sha256 = await body.sha256();
-    if (merging) await moveInto(root, dir, dir);
-    else await place(temp, made, dir, existing !== undefined);
-    if (settleAfterMerge) writer.settleDirectories(dir);
-    if (merging) await removeTemporary(temp, made, root);
+    if (merging) {
+      await moveInto(root, target, dir);
+      if (settleAfterMerge) writer.settleDirectories(target);
+      await removeTemporary(parent, tempName, made, root);
+    } else await place(parent, tempName, made, dir, existing !== undefined);
     return { path: dir, files: writer.files, bytes: writer.bytes, sha256 };
   } catch (error) {
     await writer?.abort();
-    if (anchor) await removeTemporary(temp, await anchor.stat(), pathOfDescriptor(anchor.fd, temp));
-    else await rmdir(temp).catch(() => {});
-    for (const path of madeParents.reverse()) await rmdir(path).catch(() => {});
+    if (anchor) await removeTemporary(parent, tempName, await anchor.stat(), pathOfDescriptor(anchor, parent.at(tempName)));
+    else await rmdir(parent.at(tempName)).catch(() => {});
+    if (created) await removeMadeParents(dir, created, owner);
     if (error instanceof HttpError) throw error;
     const code = (error as NodeJS.ErrnoException).code;
     if (error instanceof TarFormatError || code === 'Z_DATA_ERROR' || code === 'Z_BUF_ERROR') {
@@ -109,6 +113,7 @@ async function extractAlone(body: ArchiveBody, dir: string, mode: ExtractMode, {
     throw error;
   } finally {
     await anchor?.close();
+    await parent.close();
   }
 }
 
@@ -156,25 +161,26 @@ function gunzip(chunks: AsyncIterable<Buffer>): Readable {
 
 /**
  * The filled temporary tree renamed into place (create), or swapped for the
- * old one (replace). Someone else's tree that got there first, or a
- * temporary name moved away, is a 409; the old tree comes back if the swap fails.
+ * old one (replace), by names in the parent opened before. Someone else's
+ * tree that got there first, or a temporary name moved away, is a 409; the
+ * old tree comes back if the swap fails, and is removed without following anything.
  */
-async function place(temp: string, made: { ino: number; dev: number }, dir: string, exists: boolean): Promise<void> {
-  const now = await lstat(temp).catch(() => undefined);
-  if (now?.ino !== made.ino || now.dev !== made.dev) throw conflict(`path: the temporary directory ${temp} was moved away; nothing was written`);
+async function place(parent: TargetParent, tempName: string, made: Identity, dir: string, exists: boolean): Promise<void> {
+  const now = await lstat(parent.at(tempName)).catch(absent);
+  if (!sameFile(now, made)) throw conflict(`path: the temporary directory ${parent.child(tempName)} was moved away; nothing was written`);
   if (!exists) {
-    await rename(temp, dir).catch(raced(dir));
+    await rename(parent.at(tempName), parent.at(parent.name)).catch(raced(dir));
     return;
   }
-  const old = `${temp}-old`;
-  await rename(dir, old).catch(raced(dir));
+  const old = `${tempName}-old`;
+  await rename(parent.at(parent.name), parent.at(old)).catch(raced(dir));
   try {
-    await rename(temp, dir);
+    await rename(parent.at(tempName), parent.at(parent.name));
   } catch (error) {
-    await rename(old, dir).catch(() => {});
+    await rename(parent.at(old), parent.at(parent.name)).catch(() => {});
     raced(dir)(error as NodeJS.ErrnoException);
   }
-  await rm(old, { recursive: true, force: true });
+  await parent.removeTree(old);
 }
 
 /** A rename that lost to another writer of the same path: a 409. */
@@ -188,50 +194,21 @@ function raced(dir: string): (error: NodeJS.ErrnoException) => never {
   };
 }
 
-/**
- * The missing directories above the target, made one by one (0755) and
- * given to the owner; their paths, outermost first, for removal if the
- * extraction fails. One made meanwhile by someone else is theirs: left alone.
- */
-async function makeParents(parent: string, owner: Owner | undefined): Promise<string[]> {
-  const missing: string[] = [];
-  for (let at = parent; ; at = dirname(at)) {
-    const info = await stat(at).catch((error: NodeJS.ErrnoException) => {
-      if (error.code === 'ENOENT') return undefined;
-      if (error.code === 'ENOTDIR') throw badRequest(`path: a component of ${parent} is not a directory`);
-      throw error;
-    });
-    if (info) {
-      if (!info.isDirectory()) throw badRequest(`path: ${at} is not a directory`);
-      break;
-    }
-    missing.unshift(at);
-  }
-  const made: string[] = [];
-  try {
-    for (const path of missing) {
-      try {
-        await mkdir(path, { mode: 0o755 });
-      } catch (error) {
-        if ((error as NodeJS.ErrnoException).code === 'EEXIST') continue;
-        throw error;
-      }
-      made.push(path);
-      if (owner) await chown(path, owner.uid, owner.gid);
-    }
-  } catch (error) {
-    for (const path of made.reverse()) await rmdir(path).catch(() => {});
-    throw error;
-  }
-  return made;
+type Identity = { ino: number; dev: number };
+const sameFile = (a: Identity | undefined, b: Identity) => a !== undefined && a.ino === b.ino && a.dev === b.dev;
+
+function absent(error: NodeJS.ErrnoException): undefined {
+  if (error.code === 'ENOENT') return undefined;
+  throw error;
 }
 
 /**
- * The temporary tree removed: its contents through its descriptor (`root`),
- * then its name, if that is still the directory made. A plain user's tree
- * may hold directories they cannot write (0555, set last): made writable first.
+ * The temporary tree removed: its contents through its descriptor (`root`:
+ * root's 0700 tree, no one else's), then its name, if that is still the
+ * directory made. A plain user's tree may hold directories they cannot
+ * write (0555, set last): made writable first.
  */
-async function removeTemporary(temp: string, made: { ino: number; dev: number }, root: string): Promise<void> {
+async function removeTemporary(parent: TargetParent, tempName: string, made: Identity, root: string): Promise<void> {
   for (let attempt = 0; attempt < 2; attempt++) {
     try {
       for (const name of await readdir(root)) await rm(join(root, name), { recursive: true, force: true });
@@ -241,8 +218,7 @@ async function removeTemporary(temp: string, made: { ino: number; dev: number },
       await makeWritable(root);
     }
   }
-  const now = await lstat(temp).catch(() => undefined);
-  if (now?.ino === made.ino && now.dev === made.dev) await rmdir(temp).catch(() => {});
+  if (sameFile(await lstat(parent.at(tempName)).catch(() => undefined), made)) await rmdir(parent.at(tempName)).catch(() => {});
 }
 
 async function makeWritable(dir: string): Promise<void> {

@@ -63,7 +63,7 @@ async function walk(extracted: string, target: string, shown: string, prefix: st
     throw error;
   }
   try {
-    const base = pathOfDescriptor(handle.fd, target);
+    const base = pathOfDescriptor(handle, target);
     for (const name of await readdir(extracted)) {
       const inExtracted = join(extracted, name);
       const inTarget = join(base, name);

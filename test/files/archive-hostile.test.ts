@@ -4,7 +4,7 @@
 // "outside", through PUT /files/archive and through `envd cp` (dist/envd,
 // as root and as a plain user), which share the extraction.
 import { randomBytes } from 'node:crypto';
-import { chmodSync, chownSync, existsSync, lstatSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, readlinkSync, rmSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
+import { chmodSync, chownSync, existsSync, lstatSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, readlinkSync, renameSync, rmSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
 import { request as httpRequest } from 'node:http';
 import { join } from 'node:path';
 import { gzipSync } from 'node:zlib';
@@ -205,9 +205,9 @@ describe('one extraction per path (issue 37)', () => {
 });
 
 /** PUT with the body sent in 64 KiB pieces 20 ms apart; resolves to the status. */
-function slowPut(path: string, body: Buffer): Promise<number> {
+function slowPut(path: string, body: Buffer, params: Record<string, string> = {}): Promise<number> {
   return new Promise((resolve, reject) => {
-    const url = new URL(`/files/archive?${q({ path })}`, scratch.server.url);
+    const url = new URL(`/files/archive?${q({ path, ...params })}`, scratch.server.url);
     const headers = { authorization: `Bearer ${scratch.server.token}`, 'content-type': 'application/x-tar', 'transfer-encoding': 'chunked' };
     const req = httpRequest(url, { method: 'PUT', headers }, (res) => {
       res.resume().on('end', () => resolve(res.statusCode!));
@@ -276,6 +276,32 @@ describe.runIf(isRoot())('as root for a plain user, and envd cp (root: creates a
     const refused = await upload(join(scratch.dir, 'other/deep/target'), await tarOf([{ name: 'ok.txt', body: 'x' }, { name: '../escape', body: 'x' }]), { username: user.name });
     expect(refused.status).toBe(400);
     expect(existsSync(join(scratch.dir, 'other'))).toBe(false);
+  });
+
+  it('writes nothing through a symlink a user puts in place of the temporary directory, chowns nothing, and answers 409', async () => {
+    // The user's own directory, holding the target: they may rename what envd makes in it.
+    const home = join(scratch.dir, 'home');
+    mkdirSync(home);
+    chownSync(home, user.uid, user.gid);
+    const rootOwned = join(scratch.dir, 'root-owned');
+    mkdirSync(rootOwned, { mode: 0o700 });
+    const before = snapshot(scratch.dir, (name) => name === 'home');
+    const dir = join(home, 'target');
+    const answer = slowPut(dir, await tarOf([{ name: 'big.bin', body: randomBytes(2 * 1024 * 1024) }, { name: 'after-swap.txt', body: 'x' }]), { username: user.name });
+    let temp: string | undefined;
+    for (let tries = 0; tries < 200 && !temp; tries++) {
+      temp = readdirSync(home).find((name) => name.startsWith('.envd-archive-'));
+      if (!temp) await new Promise((resolve) => setTimeout(resolve, 10));
+    }
+    expect(temp).toBeDefined();
+    expect(lstatSync(join(home, temp!)).uid).toBe(0); // root's, 0700, while it fills
+    renameSync(join(home, temp!), join(home, 'moved'));
+    symlinkSync(rootOwned, join(home, temp!));
+    expect(await answer).toBe(409);
+    expect(snapshot(scratch.dir, (name) => name === 'home')).toEqual(before);
+    expect(readdirSync(rootOwned)).toEqual([]);
+    expect(existsSync(dir)).toBe(false);
+    expect(readdirSync(join(home, 'moved'))).toEqual([]); // emptied through its descriptor
   });
 
   it('drops setuid and setgid bits when extracting for a plain user', async () => {

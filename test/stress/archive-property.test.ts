@@ -141,7 +141,7 @@ describe('random archives into a root of canaries', () => {
   describe('through envd cp (dist/envd) from a stand-in sandbox that serves the archive', () => {
     let sandbox: Server;
     let url: string;
-    let served = Buffer.alloc(0);
+    let served: Buffer = Buffer.alloc(0);
     beforeAll(async () => {
       sandbox = createServer((req, res) => {
         if (req.url?.startsWith('/files/info')) return void res.setHeader('content-type', 'application/json').end(JSON.stringify({ name: 't', path: '/remote/t', type: 'dir', size: 0, mode: 0o755, permissions: 'drwxr-xr-x', owner: 'root', group: 'root', modified_at: new Date().toISOString() }));
