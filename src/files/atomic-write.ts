@@ -174,7 +174,9 @@ export async function fillAtomically(target: string, owner: Owner | undefined, w
   try {
     const { name, size, ino } = await writeTempFile(prepared.mode, prepared.dir);
     // A user who can write the directory can rename the temporary file away and put something in its
-    // place: that is theirs, and is neither moved over the target nor answered for.
+    // place: that is theirs, and is neither moved over the target nor answered for. (A swap between this
+    // check and the rename moves the user's entry to a name in the same directory, which the user could
+    // have done anyway; nothing is written or chowned through it.)
     if ((await lstatAt(prepared.dir, name))?.ino !== ino) throw replaced(target);
     try {
       await renameAt(prepared.dir, name, prepared.dir, prepared.name);
@@ -182,7 +184,6 @@ export async function fillAtomically(target: string, owner: Owner | undefined, w
       await unlink(prepared.dir.at(name)).catch(() => {});
       throw errnoToHttpError(error, target);
     }
-    if ((await lstatAt(prepared.dir, prepared.name))?.ino !== ino) throw replaced(target);
     return { path: target, size };
   } finally {
     await prepared.dir.close();

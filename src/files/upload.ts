@@ -33,36 +33,38 @@ export function checkUploadHeaders(headers: IncomingHttpHeaders): void {
  */
 export const UPLOAD_IDLE_MS = 60_000;
 
-/**
- * Passes bytes through, failing with 413 the moment more than `limit` have
- * gone by (chunked bodies declare no length), and with 408 when no bytes
- * arrive for `idleMs` (counted from the start, and again after each chunk).
- */
-export function guardBody(limit: number, idleMs: number): Transform {
+/** Passes bytes through, failing with 413 the moment more than `limit` have gone by (chunked bodies declare no length). */
+export function limitBytes(limit: number): Transform {
   let seen = 0;
-  let timer: NodeJS.Timeout | undefined;
-  const arm = () => {
-    clearTimeout(timer);
-    timer = setTimeout(() => guard.destroy(new HttpError(408, `upload stalled: no body bytes for ${idleMs / 1000} s`)), idleMs);
-  };
-  const guard = new Transform({
+  return new Transform({
     transform(chunk: Buffer, _encoding, done) {
-      arm();
       seen += chunk.length;
       if (seen > limit) done(tooLarge());
       else done(null, chunk);
     },
-    flush(done) {
-      clearTimeout(timer);
-      done();
-    },
-    destroy(error, done) {
-      clearTimeout(timer);
-      done(error);
-    },
   });
-  arm();
-  return guard;
+}
+
+/**
+ * The body's chunks, failing with 408 when none arrives for `idleMs` (from
+ * the start, and again after each chunk). The wait itself must end: a
+ * pipeline whose source still waits for a chunk never settles, whatever
+ * happened to the streams after it.
+ */
+export async function* untilStalled(body: AsyncIterator<Buffer>, idleMs: number): AsyncGenerator<Buffer> {
+  for (;;) {
+    let timer: NodeJS.Timeout | undefined;
+    const stalled = new Promise<never>((_resolve, reject) => {
+      timer = setTimeout(() => reject(new HttpError(408, `upload stalled: no body bytes for ${idleMs / 1000} s`)), idleMs);
+    });
+    try {
+      const next = await Promise.race([body.next(), stalled]);
+      if (next.done) return;
+      yield next.value;
+    } finally {
+      clearTimeout(timer);
+    }
+  }
 }
 
 /**
@@ -111,7 +113,7 @@ export async function receiveUpload(request: IncomingMessage, target: string, ow
         owner,
         mode,
         async (handle, readPath) => {
-          await writeSource(request.iterator({ destroyOnReturn: false }), guardBody(UPLOAD_LIMIT, idleMs))(handle);
+          await writeSource(untilStalled(request.iterator({ destroyOnReturn: false }), idleMs), limitBytes(UPLOAD_LIMIT))(handle);
           sha256 = await sha256OfFile(readPath);
         },
         dir,

@@ -1,6 +1,7 @@
 import type { Stats } from 'node:fs';
-import { constants } from 'node:fs';
+import { closeSync, constants, openSync, fchown as fchownCallback, fstat as fstatCallback, open as openCallback } from 'node:fs';
 import { lstat, mkdir, open, readdir, readlink, rename, rmdir, unlink, type FileHandle } from 'node:fs/promises';
+import { promisify } from 'node:util';
 import { posix } from 'node:path';
 import { badRequest, errnoToHttpError, HttpError } from '../errors.js';
 import type { Owner } from './paths.js';
@@ -44,24 +45,43 @@ const MAX_LINKS = 40;
 /** How many entries of one directory a recursive removal works on at once. */
 const REMOVE_CONCURRENCY = 16;
 
-/** A directory opened by a walk: its fd pins it, whatever happens to its name afterwards. */
+/** open(2) giving a bare fd: a walk holds a directory for one step, and a FileHandle's close would be a second trip through the pool. */
+const openFd = promisify(openCallback);
+const fstat = promisify(fstatCallback);
+const fchown = promisify(fchownCallback);
+
+/**
+ * A directory opened by a walk (O_PATH, or O_RDONLY for one envd made): its
+ * fd pins it, whatever happens to its name afterwards. Closing it is
+ * synchronous: closing a directory's fd never waits.
+ */
 export class UserDir {
+  private described: Promise<Stats> | undefined;
+  private closed = false;
+
   constructor(
-    private readonly handle: FileHandle,
+    private readonly fd: number,
     /** The path it was reached by, for messages only: never handed to fs. */
     readonly path: string,
-    readonly stats: Stats,
+    /** The process-wide `/`: never closed. */
+    private readonly shared = false,
   ) {}
+
+  /** Its owner and mode (fstat, once): whether a symlink in it may be followed. */
+  stats(): Promise<Stats> {
+    this.described ??= fstat(this.fd);
+    return this.described;
+  }
 
   /** A name inside this directory, for one dirfd-relative call (the name must be one component). */
   at(name: string): string {
     if (name === '' || name === '.' || name === '..' || name.includes('/')) throw badRequest(`${this.path}: ${JSON.stringify(name)} is not a single name`);
-    return `/proc/self/fd/${this.handle.fd}/${name}`;
+    return `/proc/self/fd/${this.fd}/${name}`;
   }
 
   /** The directory itself, as a path the kernel resolves to this fd (readdir). */
   get self(): string {
-    return `/proc/self/fd/${this.handle.fd}`;
+    return `/proc/self/fd/${this.fd}`;
   }
 
   /** The message path of an entry in this directory. */
@@ -69,8 +89,10 @@ export class UserDir {
     return posix.join(this.path, name);
   }
 
-  close(): Promise<void> {
-    return this.handle.close();
+  async close(): Promise<void> {
+    if (this.closed || this.shared) return;
+    this.closed = true;
+    closeSync(this.fd);
   }
 }
 
@@ -82,14 +104,15 @@ function mayFollow(dir: Stats, link: Stats, owner: Owner | undefined): boolean {
   return (dir.mode & 0o1000) !== 0 && trusted(link.uid);
 }
 
+/** `/`, opened once: every walk starts there (envd never changes its root). */
+let root: UserDir | undefined;
+function rootDir(): UserDir {
+  root ??= new UserDir(openSync('/', O_PATH | O_DIRECTORY), '/', true);
+  return root;
+}
+
 async function openDirAt(at: string, path: string): Promise<UserDir> {
-  const handle = await open(at, O_PATH | O_DIRECTORY | O_NOFOLLOW);
-  try {
-    return new UserDir(handle, path, await handle.stat());
-  } catch (error) {
-    await handle.close();
-    throw error;
-  }
+  return new UserDir(await openFd(at, O_PATH | O_DIRECTORY | O_NOFOLLOW), path);
 }
 
 export interface WalkOptions {
@@ -114,7 +137,7 @@ export interface Walked {
  */
 export async function openDirectory(path: string, options: WalkOptions = {}): Promise<Walked> {
   let pending = path.split('/').filter((c) => c !== '' && c !== '.');
-  let dir = await openDirAt('/', '/');
+  let dir = rootDir();
   let created: string | undefined;
   let links = 0;
   try {
@@ -132,9 +155,8 @@ export async function openDirectory(path: string, options: WalkOptions = {}): Pr
         // A link's text is resolved against where it was found: start again from /.
         const target = posix.resolve(dir.path, next.link);
         pending = [...target.split('/').filter((c) => c !== '' && c !== '.'), ...pending];
-        const root = await openDirAt('/', '/');
         await dir.close();
-        dir = root;
+        dir = rootDir();
         continue;
       }
       if (next.created && created === undefined) created = next.dir.path;
@@ -148,30 +170,34 @@ export async function openDirectory(path: string, options: WalkOptions = {}): Pr
   }
 }
 
-/** One step of a walk: the directory `name` inside `dir` (made if asked), or the text of a link that may be followed. */
+/**
+ * One step of a walk: the directory `name` inside `dir` (made if asked), or
+ * the text of a link that may be followed. One trip through the pool for a
+ * directory (O_DIRECTORY|O_NOFOLLOW refuses anything else); an lstat only
+ * when it is something else.
+ */
 async function stepInto(dir: UserDir, name: string, options: WalkOptions): Promise<{ dir: UserDir; created: boolean } | { link: string }> {
   const path = dir.child(name);
   for (let attempt = 0; ; attempt++) {
-    let handle: FileHandle;
     try {
-      handle = await open(dir.at(name), O_PATH | O_NOFOLLOW);
+      return { dir: await openDirAt(dir.at(name), path), created: false };
     } catch (error) {
-      if ((error as NodeJS.ErrnoException).code !== 'ENOENT' || !options.create || attempt > 2) throw error;
-      const made = await makeOne(dir, name, options.owner);
-      if (made) return { dir: made, created: true };
-      continue; // someone else made it meanwhile: look again
+      const code = (error as NodeJS.ErrnoException).code;
+      if (code === 'ENOENT') {
+        if (!options.create || attempt > 2) throw error;
+        const made = await makeOne(dir, name, options.owner);
+        if (made) return { dir: made, created: true };
+        continue; // someone else made it meanwhile: look again
+      }
+      if (code !== 'ENOTDIR' && code !== 'ELOOP') throw error;
     }
-    let stats: Stats;
-    try {
-      stats = await handle.stat();
-    } catch (error) {
-      await handle.close();
+    const stats = await lstat(dir.at(name)).catch((error: NodeJS.ErrnoException) => {
+      if (error.code === 'ENOENT') return undefined;
       throw error;
-    }
-    if (stats.isDirectory()) return { dir: new UserDir(handle, path, stats), created: false };
-    await handle.close();
+    });
+    if (!stats || stats.isDirectory()) continue; // changed meanwhile: look again
     if (!stats.isSymbolicLink()) throw badRequest(`${path}: a component of the path is not a directory`);
-    if (!mayFollow(dir.stats, stats, options.owner)) throw untrustedLink(path);
+    if (!mayFollow(await dir.stats(), stats, options.owner)) throw untrustedLink(path);
     return { link: await readlink(dir.at(name)) };
   }
 }
@@ -191,14 +217,14 @@ async function makeOne(dir: UserDir, name: string, owner: Owner | undefined): Pr
     if (code === 'ENOENT') throw new HttpError(403, `${dir.child(name)}: cannot be created: ${dir.path} takes no new entries (a pseudo-file system)`);
     throw error;
   }
-  const handle = await open(dir.at(name), O_RDONLY | O_DIRECTORY | O_NOFOLLOW);
+  const fd = await openFd(dir.at(name), O_RDONLY | O_DIRECTORY | O_NOFOLLOW);
+  const made = new UserDir(fd, dir.child(name));
   try {
-    const stats = await handle.stat();
     // Only what envd itself made is given away (a user could have put their own directory there meanwhile).
-    if (owner && stats.uid === process.geteuid?.()) await handle.chown(owner.uid, owner.gid);
-    return new UserDir(handle, dir.child(name), await handle.stat());
+    if (owner && (await made.stats()).uid === process.geteuid?.()) await fchown(fd, owner.uid, owner.gid);
+    return made;
   } catch (error) {
-    await handle.close();
+    await made.close();
     throw error;
   }
 }
@@ -276,8 +302,7 @@ export async function removeTreeAt(dir: UserDir, name: string): Promise<boolean>
 async function removeDirectoryAt(parent: UserDir, name: string): Promise<void> {
   let inner: UserDir;
   try {
-    const handle = await open(parent.at(name), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_NONBLOCK);
-    inner = new UserDir(handle, parent.child(name), await handle.stat());
+    inner = new UserDir(await openFd(parent.at(name), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_NONBLOCK), parent.child(name));
   } catch (error) {
     // Swapped for a symlink or a file since the lstat: remove that name, follow nothing.
     const code = (error as NodeJS.ErrnoException).code;
@@ -336,16 +361,21 @@ export async function openRegular(path: string, owner?: Owner): Promise<{ handle
   for (let links = 0; ; links++) {
     if (current === '/') throw badRequest('/: is a directory');
     const { dir, name } = await openParent(current, { owner });
-    let pathHandle: FileHandle;
+    let fd: number;
     let stats: Stats;
     try {
-      pathHandle = await open(dir.at(name), O_PATH | O_NOFOLLOW).catch((error: unknown) => {
+      fd = await openFd(dir.at(name), O_PATH | O_NOFOLLOW).catch((error: unknown) => {
         throw toHttp(error, current);
       });
-      stats = await pathHandle.stat();
+      try {
+        stats = await fstat(fd);
+      } catch (error) {
+        closeSync(fd);
+        throw error;
+      }
       if (stats.isSymbolicLink()) {
-        await pathHandle.close();
-        if (!mayFollow(dir.stats, stats, owner)) throw untrustedLink(current);
+        closeSync(fd);
+        if (!mayFollow(await dir.stats(), stats, owner)) throw untrustedLink(current);
         if (links >= MAX_LINKS) throw badRequest(`${path}: too many levels of symbolic links`);
         current = posix.resolve(dir.path, await readlink(dir.at(name)));
         continue;
@@ -356,12 +386,12 @@ export async function openRegular(path: string, owner?: Owner): Promise<{ handle
     try {
       const refused = notRegular(current, stats);
       if (refused) throw refused;
-      const handle = await open(reopenPath(pathHandle), O_RDONLY | O_NONBLOCK).catch((error: unknown) => {
+      const handle = await open(`/proc/self/fd/${fd}`, O_RDONLY | O_NONBLOCK).catch((error: unknown) => {
         throw toHttp(error, current);
       });
       return { handle, stats };
     } finally {
-      await pathHandle.close();
+      closeSync(fd);
     }
   }
 }

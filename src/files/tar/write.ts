@@ -1,20 +1,29 @@
 import { closeSync, constants, fstatSync, lstatSync, openSync, readdirSync, readlinkSync, readSync, type Stats } from 'node:fs';
 import { open } from 'node:fs/promises';
+import { DOWNLOAD_CHUNK_BYTES } from '../chunk-size.js';
 import type { Owner } from '../paths.js';
 import { openDirectory } from '../user-path.js';
 import { BLOCK, encodeHeader, padding } from './format.js';
 
-/** Output goes out in pieces of this size: the memory one request holds, and the most done in one turn of the event loop. */
-export const CHUNK_BYTES = 1024 * 1024;
+/**
+ * Output goes out in pieces of this size: the memory one request holds (a
+ * stalled client pins one piece: DOWNLOAD_CHUNK_BYTES says why that size), and
+ * the most done in one turn of the event loop.
+ */
+export const CHUNK_BYTES = DOWNLOAD_CHUNK_BYTES;
 /** The largest piece: a chunk of a large file with its padding. */
 export const PIECE_BYTES = CHUNK_BYTES + BLOCK;
+/** Files up to this size are read straight into the piece being filled; larger ones are read in pieces of their own. */
+const SMALL_FILE_BYTES = 256 * 1024;
+/**
+ * The smallest piece size a caller may ask for: a small file with its
+ * headers (a long name's extra blocks included) and padding must fit one piece.
+ */
+export const MIN_CHUNK_BYTES = SMALL_FILE_BYTES + 32 * BLOCK;
 
 /** Where pieces are made: `size` (at most PIECE_BYTES) bytes of any content. */
 export type Allocate = (size: number) => Buffer;
 const allocateFresh: Allocate = (size) => Buffer.allocUnsafe(size);
-/** Files up to this size are read straight into the piece being filled; larger ones are read in pieces of their own. */
-const SMALL_FILE_BYTES = 256 * 1024;
-
 /** How an entry is opened: never through a symlink, never waiting (a FIFO swapped in opens at once, and fstat refuses it). */
 const OPEN_ENTRY = constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK;
 const OPEN_DIR = OPEN_ENTRY | constants.O_DIRECTORY;
@@ -45,8 +54,9 @@ const at = (fd: number, name: string) => `/proc/self/fd/${fd}/${name}`;
  * 1 MiB of data, or 2,048 headers) is filled in one go, then the event loop
  * turns while the client takes it; large files are read asynchronously.
  */
-export async function* tarPieces(root: string, allocate: Allocate = allocateFresh, owner?: Owner): AsyncGenerator<Buffer> {
-  const piece = new PieceBuilder(allocate);
+export async function* tarPieces(root: string, allocate: Allocate = allocateFresh, owner?: Owner, chunkBytes = CHUNK_BYTES): AsyncGenerator<Buffer> {
+  if (chunkBytes < MIN_CHUNK_BYTES || chunkBytes > CHUNK_BYTES) throw new RangeError(`chunkBytes: ${chunkBytes} is outside ${MIN_CHUNK_BYTES}..${CHUNK_BYTES}`);
+  const piece = new PieceBuilder(allocate, chunkBytes);
   const { dir } = await openDirectory(root, { owner });
   let fd: number;
   try {
@@ -122,7 +132,7 @@ async function* addFile(piece: PieceBuilder, relative: string, dirFd: number, na
     yield* piece.add(header(relative, info, 'file', size), 0);
     yield* piece.flush();
     for (let sent = 0; sent < size; ) {
-      const want = Math.min(CHUNK_BYTES, size - sent);
+      const want = Math.min(piece.chunkBytes, size - sent);
       const out = allocate(want + (sent + want === size ? padding(size) : 0));
       let got = 0;
       while (got < want) {
@@ -150,18 +160,21 @@ function ifThere<T>(open: () => T): T | undefined {
     throw error;
   }
 }
-/** Fills output pieces of up to CHUNK_BYTES, handing each out when the next entry would not fit. */
+/** Fills output pieces of up to `chunkBytes`, handing each out when the next entry would not fit. */
 class PieceBuilder {
   private buffer: Buffer | undefined;
   private used = 0;
 
-  constructor(private readonly allocate: Allocate) {}
+  constructor(
+    private readonly allocate: Allocate,
+    readonly chunkBytes: number,
+  ) {}
 
   /** Appends a header, with room for `dataBytes` after it (filled by readFrom); yields the full piece first if needed. */
   *add(bytes: Buffer, dataBytes: number): Generator<Buffer> {
-    if (this.used > 0 && this.used + bytes.length + dataBytes > CHUNK_BYTES) yield* this.flush();
+    if (this.used > 0 && this.used + bytes.length + dataBytes > this.chunkBytes) yield* this.flush();
     // Taken only now, not at the flush: a recycled buffer is likelier to be free the later it is asked for.
-    this.buffer ??= this.allocate(PIECE_BYTES);
+    this.buffer ??= this.allocate(this.chunkBytes + BLOCK);
     bytes.copy(this.buffer, this.used);
     this.used += bytes.length;
   }
