@@ -5,7 +5,7 @@ import { commandRoutes } from './commands/routes.js';
 import { openCgroups, systemLocation, type CgroupMode } from './cgroups/detect.js';
 import { ProcessRegistry } from './commands/registry.js';
 import type { Config } from './config.js';
-import { HttpError } from './errors.js';
+import { errnoFailure, HttpError } from './errors.js';
 import { fileRoutes } from './files/routes.js';
 import type { ClockSetter } from './lifecycle/clock.js';
 import type { OpenApiSource } from './lifecycle/openapi-source.js';
@@ -149,6 +149,9 @@ function handleError(error: FastifyError | HttpError, request: FastifyRequest, r
     if (error.status >= 500) request.log.error({ err: error.cause ?? error }, error.message);
     return reply.code(error.status).headers(error.headers).send({ message: error.message });
   }
+  // A failed system call no route mapped itself (EPERM from /sys, EROFS): mapped in the one place, src/errors.ts.
+  const mapped = errnoFailure(error);
+  if (mapped) return handleError(mapped, request, reply);
   const status = (error as FastifyError).statusCode;
   if (status !== undefined && status >= 400 && status < 500) {
     // Fastify answers an unsupported Content-Type with 415; the contract says 400.

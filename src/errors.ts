@@ -60,3 +60,15 @@ export function errnoToHttpError(error: unknown, path?: string): unknown {
   const subject = path ? `${path}: ` : '';
   return new HttpError(known.status, `${subject}${known.text} (${code})`, { cause: error });
 }
+
+/**
+ * An error from a system call (it has `syscall` and a known `code`) as its
+ * HTTP error, for the error handler: a route that forgot to map one still
+ * answers EPERM with 403, not 500. Undefined for anything else.
+ */
+export function errnoFailure(error: unknown): HttpError | undefined {
+  const failure = error as NodeJS.ErrnoException | undefined;
+  if (typeof failure?.syscall !== 'string') return undefined;
+  const mapped = errnoToHttpError(error, failure.path);
+  return mapped instanceof HttpError ? mapped : undefined;
+}

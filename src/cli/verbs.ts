@@ -254,7 +254,7 @@ async function pullTree(common: Common, from: string, target: string, progressTo
   try {
     const exists = (await stat(target).catch(() => undefined)) !== undefined;
     const body = Readable.fromWeb(response.body as never).pipe(progress.counter());
-    return (await extractArchive(hashedHere(body), resolve(target), exists ? 'merge' : 'create', undefined)).files;
+    return (await extractArchive(hashedHere(body), resolve(target), exists ? 'merge' : 'create', { keepSetId: false })).files;
   } finally {
     progress.end();
   }

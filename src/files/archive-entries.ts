@@ -1,4 +1,5 @@
 import {
+  chmodSync,
   closeSync,
   fchownSync,
   futimesSync,
@@ -11,10 +12,11 @@ import {
   rmSync,
   statfsSync,
   symlinkSync,
+  utimesSync,
   writeSync,
 } from 'node:fs';
 import { open, type FileHandle } from 'node:fs/promises';
-import { dirname, join, normalize, resolve, sep } from 'node:path';
+import { dirname, join, normalize, sep } from 'node:path';
 import { badRequest, HttpError } from '../errors.js';
 import type { Owner } from './paths.js';
 import type { TarHeader } from './tar/format.js';
@@ -26,14 +28,47 @@ const DISK_RESERVE_BYTES = 64 * 1024 * 1024;
 const SMALL_FILE_BYTES = 256 * 1024;
 /** A large file is written in pieces this size, in the thread pool, behind the parsing. */
 const PIECE_BYTES = 1024 * 1024;
+/** The longest entry name or link target envd takes (the kernel's PATH_MAX, its NUL included). */
+export const MAX_NAME_BYTES = 4095;
+/**
+ * What the extraction holds about an archive's names until its end: each
+ * directory entry's name, mode and mtime (applied last), and each symlink's
+ * name and target (made last). Counted as their bytes plus HELD_RECORD_BYTES
+ * each; past this the archive is a 413. Files' names are not held. 60,000
+ * directories of 3.7 KB names held 230 MiB unbounded; RSS grows ~4x what is
+ * held while such an archive is read (the decoding's garbage included),
+ * so ~64 MiB at most (test/files/archive-memory.test.ts measures it on
+ * dist/envd). A node_modules tree of 100,000 directories holds ~14 MiB.
+ */
+export const MAX_HELD_NAME_BYTES = 16 * 1024 * 1024;
+/** What one held record costs beyond its names (the object, the map's slot). */
+export const HELD_RECORD_BYTES = 64;
+/** Directories known to exist, so that most entries skip the mkdir of their parent: at most this many, then forgotten. */
+const KNOWN_DIRS = 256;
+
+export interface WriterOptions {
+  /** Who what the archive makes belongs to (chowned as made); undefined: whoever envd runs as. */
+  owner?: Owner;
+  /** Keep setuid and setgid bits: only where root extracts for root. */
+  keepSetId: boolean;
+}
 
 /**
- * Writes each entry of an archive under `root` as readTar hands it over,
- * refusing (400, naming the entry) absolute names, `..` out of the tree,
- * symlinks whose target resolves outside it, writing through a symlink the
- * archive made, hard links to anything but a regular file extracted before,
- * and device nodes and fifos; 413 when a file would leave the disk with less
- * than its reserve (a gzip bomb stops at its first big header).
+ * Writes each entry of an archive under `root`, a fresh directory that only
+ * this extraction writes (extractArchive keeps others out), as readTar hands
+ * it over. Refuses (400, naming the entry) absolute names, `..` out of the
+ * tree, writing beneath a symlink the archive made, hard links to anything
+ * but a regular file extracted before, device nodes and fifos; 413 when a
+ * file would leave the disk with less than its reserve (a gzip bomb stops at
+ * its first big header), or the names held pass MAX_HELD_NAME_BYTES.
+ *
+ * No symlink exists in the tree while entries are written: symlinks are
+ * data, made verbatim (absolute targets included) by `finish` once every
+ * other entry is in, so no entry can be written through one, whatever chain
+ * of links the archive builds; and every check is made on names before
+ * anything is created. Directories are made 0700 and get their modes and
+ * mtimes last (`settleDirectories`, deepest first): a 0555 directory still
+ * takes its contents, and writing them does not change its mtime after.
  *
  * Why synchronous file calls for small files: an archive is mostly small
  * files, and an open, write, futimes and close in the thread pool cost ten
@@ -43,10 +78,13 @@ const PIECE_BYTES = 1024 * 1024;
 export class EntryWriter implements TarVisitor {
   files = 0;
   bytes = 0;
-  /** Directories and their mtimes, set once everything is written (writing their entries changed them). */
-  readonly dirTimes: Array<[string, number]> = [];
-  private readonly knownDirs: Set<string>;
-  private readonly regular = new Set<string>();
+  /** Directory entries (relative names), their modes and mtimes to apply last. */
+  readonly directories = new Map<string, { mode: number; mtime: number }>();
+  /** Symlink entries (relative names) to make last, their targets verbatim. */
+  private readonly symlinks = new Map<string, { target: string; mtime: number }>();
+  private held = 0;
+  /** Relative names of directories that exist (a bounded cache: forgetting one costs a mkdir). */
+  private knownDirs = new Set<string>();
   /** Where a file's data is gathered; a large file's fills one while the other is written. */
   private gathered: Buffer = Buffer.allocUnsafe(PIECE_BYTES);
   private spare?: Buffer;
@@ -55,12 +93,15 @@ export class EntryWriter implements TarVisitor {
   private file?: OpenFile;
   /** What may still be written before the disk's free space is asked again. */
   private room = { bytes: 0, entries: 0 };
+  private readonly owner: Owner | undefined;
+  private readonly modeMask: number;
 
   constructor(
     private readonly root: string,
-    private readonly owner: Owner | undefined,
+    options: WriterOptions,
   ) {
-    this.knownDirs = new Set([root]);
+    this.owner = options.owner;
+    this.modeMask = options.keepSetId ? 0o7777 : 0o1777;
   }
 
   // Each step is synchronous for what is most of an archive (directories, small files, links) and
@@ -98,6 +139,44 @@ export class EntryWriter implements TarVisitor {
     return this.named(file.header.name, () => (file.handle ? this.finishLarge(file, file.handle) : this.finishSmall(file)));
   }
 
+  /**
+   * Makes the symlinks, once every other entry is in: a later entry of the
+   * same name that is not a directory gives way (the later entry wins, as
+   * with GNU tar). Their parents are directories the archive made, never a
+   * symlink (`start` refused that), so none is made through another.
+   */
+  finish(): void {
+    for (const [name, { target, mtime }] of this.symlinks) {
+      this.named(name, () => {
+        const path = join(this.root, name);
+        try {
+          symlinkSync(target, path);
+        } catch (error) {
+          if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error;
+          removeEarlier(path, name);
+          symlinkSync(target, path);
+        }
+        lutimesSync(path, mtime, mtime);
+        if (this.owner) lchownSync(path, this.owner.uid, this.owner.gid);
+      });
+    }
+    this.symlinks.clear();
+  }
+
+  /**
+   * Each directory entry's mode and mtime, deepest first (a parent that
+   * refuses writes, or entry, is set after its children), under `base`:
+   * the extraction's root, or where a plain user's merge moved it.
+   */
+  settleDirectories(base = this.root): void {
+    const deepestFirst = [...this.directories].sort(([a], [b]) => depth(b) - depth(a));
+    for (const [name, { mode, mtime }] of deepestFirst) {
+      const path = join(base, name);
+      chmodSync(path, mode & this.modeMask);
+      utimesSync(path, mtime, mtime);
+    }
+  }
+
   /** Closes a file left open by a failure; the caller then removes the tree. */
   async abort(): Promise<void> {
     await this.writing?.catch(() => {});
@@ -108,45 +187,54 @@ export class EntryWriter implements TarVisitor {
 
   private start(header: TarHeader): void | Promise<void> {
     const name = header.name;
-    const refuse = (why: string) => badRequest(`archive entry ${JSON.stringify(name)}: ${why}; nothing was written`);
+    const refuse = (why: string) => badRequest(`archive entry ${JSON.stringify(name.slice(0, 200))}: ${why}; nothing was written`);
     if (name.includes('\0')) throw refuse('a NUL byte in its name');
+    if (Buffer.byteLength(name) > MAX_NAME_BYTES) throw refuse(`a name of ${Buffer.byteLength(name)} bytes (at most ${MAX_NAME_BYTES})`);
+    if (Buffer.byteLength(header.linkname) > MAX_NAME_BYTES) throw refuse(`a link target of ${Buffer.byteLength(header.linkname)} bytes (at most ${MAX_NAME_BYTES})`);
     if (name.startsWith('/')) throw refuse('an absolute path');
     const relativeName = normalize(name).replace(/\/+$/, '');
     if (relativeName === '..' || relativeName.startsWith(`..${sep}`)) throw refuse('it leaves the directory (..)');
     if (relativeName === '.' || relativeName === '') return;
     const target = join(this.root, relativeName);
-    const mode = header.mode & 0o7777;
-    const parent = dirname(target);
-    if (!this.knownDirs.has(parent)) {
-      mkdirSync(parent, { recursive: true });
-      if (this.escapesThroughSymlink(parent)) throw refuse('a directory on its path is a symlink');
-      this.knownDirs.add(parent);
-    }
+    const mode = header.mode & this.modeMask;
+    // Checked before anything is made: no parent may be a symlink the archive made.
+    this.makeParent(dirname(relativeName), refuse);
     switch (header.type) {
       case 'directory':
-        if (lstatSync(target, { throwIfNoEntry: false })?.isSymbolicLink()) throw refuse('a directory where the archive made a symlink');
-        mkdirSync(target, { recursive: true, mode });
-        this.knownDirs.add(target);
-        this.dirTimes.push([target, header.mtime]);
-        break;
+        // A later directory replaces an earlier symlink of its name, which was never made.
+        this.symlinks.delete(relativeName);
+        try {
+          mkdirSync(target, { mode: 0o700 });
+          if (this.owner) lchownSync(target, this.owner.uid, this.owner.gid);
+        } catch (error) {
+          if ((error as NodeJS.ErrnoException).code !== 'EEXIST' || !lstatSync(target).isDirectory()) throw error;
+        }
+        this.remember(relativeName);
+        if (!this.directories.has(relativeName)) this.hold(relativeName, '');
+        this.directories.set(relativeName, { mode, mtime: header.mtime });
+        return;
       case 'file':
+        this.symlinks.delete(relativeName);
         this.ensureRoom(header.size, name);
-        this.file = { header, target, filled: 0 };
-        this.regular.add(relativeName);
+        this.file = { header, target, mode, filled: 0 };
         // Owner and times once written (finish); a large file is opened now, to be written as it comes.
-        if (header.size > SMALL_FILE_BYTES) return this.openLarge(this.file, mode);
+        if (header.size > SMALL_FILE_BYTES) return this.openLarge(this.file);
         return;
       case 'symlink': {
-        const linkname = header.linkname;
-        if (linkname.startsWith('/')) throw refuse(`a symlink to an absolute path (${linkname})`);
-        if (!inside(this.root, resolve(dirname(target), linkname))) throw refuse(`a symlink out of the directory (${linkname})`);
-        symlinkSync(linkname, target);
-        lutimesSync(target, header.mtime, header.mtime);
-        break;
+        if (lstatSync(target, { throwIfNoEntry: false })?.isDirectory()) throw refuse('a symlink where the archive made a directory');
+        const earlier = this.symlinks.get(relativeName);
+        if (!earlier) this.hold(relativeName, header.linkname);
+        else this.held += Buffer.byteLength(header.linkname) - Buffer.byteLength(earlier.target);
+        this.symlinks.set(relativeName, { target: header.linkname, mtime: header.mtime });
+        return;
       }
       case 'link': {
         const to = normalize(header.linkname).replace(/\/+$/, '');
-        if (!this.regular.has(to)) throw refuse(`a hard link to ${JSON.stringify(header.linkname)}, which is not a file extracted before it`);
+        const notAFile = () => refuse(`a hard link to ${JSON.stringify(header.linkname)}, which is not a file extracted before it`);
+        if (to.startsWith('/') || to === '..' || to.startsWith(`..${sep}`) || this.symlinks.has(to)) throw notAFile();
+        // The tree holds only what this archive wrote, and no symlink: what is there is a file it extracted.
+        if (!lstatSync(join(this.root, to), { throwIfNoEntry: false })?.isFile()) throw notAFile();
+        this.symlinks.delete(relativeName);
         linkSync(join(this.root, to), target);
         this.files++;
         return; // the file it links to has its owner already
@@ -154,15 +242,56 @@ export class EntryWriter implements TarVisitor {
       default:
         throw refuse(`a ${describeFlag(header.flag)} (only files, directories, symlinks and hard links are extracted)`);
     }
-    if (this.owner) lchownSync(target, this.owner.uid, this.owner.gid);
+  }
+
+  /**
+   * The directories above an entry (relative `dir`), made as needed, 0755
+   * and the owner's; refused when one of them is a symlink the archive made.
+   */
+  private makeParent(dir: string, refuse: (why: string) => Error): void {
+    if (dir === '.' || this.knownDirs.has(dir)) return;
+    if (this.symlinks.size > 0) {
+      for (let at = dir; at !== '.'; at = dirname(at)) if (this.symlinks.has(at)) throw refuse('a directory on its path is a symlink');
+    }
+    this.makeDirectory(dir);
+  }
+
+  private makeDirectory(dir: string): void {
+    const path = join(this.root, dir);
+    try {
+      mkdirSync(path, { mode: 0o755 });
+    } catch (error) {
+      const code = (error as NodeJS.ErrnoException).code;
+      if (code === 'ENOENT' && dirname(dir) !== '.') {
+        this.makeDirectory(dirname(dir));
+        return this.makeDirectory(dir);
+      }
+      if (code !== 'EEXIST' || !lstatSync(path).isDirectory()) throw error;
+      return this.remember(dir);
+    }
+    if (this.owner) lchownSync(path, this.owner.uid, this.owner.gid);
+    this.remember(dir);
+  }
+
+  private remember(dir: string): void {
+    if (this.knownDirs.size >= KNOWN_DIRS) this.knownDirs = new Set();
+    this.knownDirs.add(dir);
+  }
+
+  /** Counts a record held until the end against MAX_HELD_NAME_BYTES. */
+  private hold(name: string, target: string): void {
+    this.held += Buffer.byteLength(name) + Buffer.byteLength(target) + HELD_RECORD_BYTES;
+    if (this.held > MAX_HELD_NAME_BYTES) {
+      throw new HttpError(413, `archive entry ${JSON.stringify(name.slice(0, 200))}: the archive's directories and symlinks hold more than ${MAX_HELD_NAME_BYTES} bytes of names (each counts its names and ${HELD_RECORD_BYTES} bytes); nothing was written`);
+    }
   }
 
   /** Never through an existing name ('wx' does not follow a symlink): a later entry of the same name replaces the earlier. */
-  private async openLarge(file: OpenFile, mode: number): Promise<void> {
-    file.handle = await open(file.target, 'wx', mode).catch(async (error: NodeJS.ErrnoException) => {
+  private async openLarge(file: OpenFile): Promise<void> {
+    file.handle = await open(file.target, 'wx', file.mode).catch(async (error: NodeJS.ErrnoException) => {
       if (error.code !== 'EEXIST') throw error;
       removeEarlier(file.target, file.header.name);
-      return open(file.target, 'wx', mode);
+      return open(file.target, 'wx', file.mode);
     });
   }
 
@@ -181,8 +310,7 @@ export class EntryWriter implements TarVisitor {
   }
 
   private finishSmall(file: OpenFile): void {
-    const { header, target } = file;
-    const mode = header.mode & 0o7777;
+    const { header, target, mode } = file;
     let fd: number;
     try {
       fd = openSync(target, 'wx', mode);
@@ -233,14 +361,6 @@ export class EntryWriter implements TarVisitor {
     }
   }
 
-  /** Whether a directory an entry goes into is reached through a symlink the archive made (a later entry writing through it). */
-  private escapesThroughSymlink(dir: string): boolean {
-    for (let at = dir; inside(this.root, at) && at !== this.root; at = dirname(at)) {
-      if (lstatSync(at).isSymbolicLink()) return true;
-    }
-    return false;
-  }
-
   /**
    * 413 when writing `bytes` more would leave the disk with less than its
    * reserve. The disk is asked again after 16 MiB or 1,000 entries, not for
@@ -265,6 +385,8 @@ export class EntryWriter implements TarVisitor {
 interface OpenFile {
   header: TarHeader;
   target: string;
+  /** Its mode, setuid and setgid dropped unless kept. */
+  mode: number;
   filled: number;
   whole?: Buffer;
   handle?: FileHandle;
@@ -275,8 +397,8 @@ const RECHECK_ENTRIES = 1_000;
 
 /**
  * An earlier entry of the same name, removed so that the later one wins (as
- * with GNU tar); an earlier directory is not: a file in its place would drop
- * what the archive put in it.
+ * with GNU tar); an earlier directory is not: a file in its place would
+ * drop what the archive put in it.
  */
 function removeEarlier(target: string, name: string): void {
   if (lstatSync(target, { throwIfNoEntry: false })?.isDirectory()) {
@@ -285,8 +407,10 @@ function removeEarlier(target: string, name: string): void {
   rmSync(target, { force: true });
 }
 
-function inside(root: string, path: string): boolean {
-  return path === root || path.startsWith(`${root}${sep}`);
+function depth(name: string): number {
+  let slashes = 0;
+  for (let at = name.indexOf(sep); at !== -1; at = name.indexOf(sep, at + 1)) slashes++;
+  return slashes;
 }
 
 const FLAGS: Record<string, string> = { '3': 'character device', '4': 'block device', '6': 'fifo' };

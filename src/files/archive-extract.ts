@@ -1,10 +1,13 @@
 import { createHash, randomBytes } from 'node:crypto';
-import { chown, lstat, mkdir, readdir, rename, rm, utimes } from 'node:fs/promises';
-import { dirname, join } from 'node:path';
+import { constants } from 'node:fs';
+import { chmod, lstat, mkdir, open, readdir, rename, rm, rmdir, type FileHandle } from 'node:fs/promises';
+import { join } from 'node:path';
 import { Readable } from 'node:stream';
 import { createGunzip } from 'node:zlib';
 import { badRequest, conflict, HttpError } from '../errors.js';
+import { openTargetParent, pathOfDescriptor, removeMadeParents, type TargetParent } from './archive-anchor.js';
 import { EntryWriter } from './archive-entries.js';
+import { checkMerge, moveInto } from './archive-merge.js';
 import { readAhead } from './read-ahead.js';
 import type { Owner } from './paths.js';
 import { TarFormatError } from './tar/format.js';
@@ -23,46 +26,94 @@ export interface Extracted {
   sha256: string;
 }
 
+export interface ExtractOptions {
+  /** Who everything made belongs to, the target's missing parents included; undefined: whoever envd runs as. */
+  owner?: Owner | undefined;
+  /** Keep setuid and setgid bits: only where root extracts for root (never for `envd cp`, whose archive comes from a sandbox). */
+  keepSetId?: boolean;
+}
+
+/** Targets being extracted into now: a second archive for the same one is a 409, not a race of renames. */
+const extracting = new Set<string>();
+
 /**
  * Extracts a streamed tar or tar.gz (told apart by gzip's magic bytes) into
  * `dir`, all or nothing: into a temporary sibling `.envd-archive-*`, renamed
  * into place (`create`: `dir` must not exist; `replace`: the old tree is
- * swapped out whole) or moved in entry by entry (`merge`) only once the whole
- * archive was read and every entry was accepted. Any refusal or error removes
- * the temporary tree: nothing is left behind. A malformed or truncated archive
- * is a 400; what each entry may be is EntryWriter's to say.
+ * swapped out whole) or moved in entry by entry (`merge`, checked whole
+ * first: see archive-merge.ts) only once the whole archive was read and
+ * every entry was accepted. Any refusal or error removes the temporary tree
+ * and the parents it made: nothing is left behind. A malformed or truncated
+ * archive is a 400; what each entry may be is EntryWriter's to say.
+ *
+ * The temporary directory is root's and 0700 while it fills (when envd is
+ * root), and named through its descriptor: no user can enter it, and one
+ * who renames it away and puts a symlink in its place steers nothing.
  */
-export async function extractArchive(body: ArchiveBody, dir: string, mode: ExtractMode, owner: Owner | undefined): Promise<Extracted> {
-  const existing = await lstat(dir).catch(() => undefined);
-  if (existing && !existing.isDirectory()) throw conflict(`path: ${dir} exists and is not a directory`);
-  if (existing && mode === 'create') throw conflict(`path: ${dir} exists; use mode=merge or mode=replace`);
-  const parent = dirname(dir);
-  await mkdir(parent, { recursive: true });
-  const temp = join(parent, `.envd-archive-${randomBytes(6).toString('hex')}`);
-  await mkdir(temp, { mode: 0o755 });
-  // No chown per entry where what envd creates has the owner's ids already: the temporary tree is
-  // theirs and passes on no other group (no set-group-id bit). A directory the archive makes is
-  // created the same way, so its entries are too.
-  const made = await lstat(temp);
-  const ownedAlready = owner !== undefined && made.uid === owner.uid && made.gid === owner.gid && (made.mode & 0o2000) === 0;
-  const writer = new EntryWriter(temp, ownedAlready ? undefined : owner);
+export async function extractArchive(body: ArchiveBody, dir: string, mode: ExtractMode, options: ExtractOptions = {}): Promise<Extracted> {
+  if (extracting.has(dir)) throw conflict(`path: another archive is being extracted into ${dir}; retry once it has finished`);
+  extracting.add(dir);
   try {
+    return await extractAlone(body, dir, mode, options);
+  } finally {
+    extracting.delete(dir);
+  }
+}
+
+async function extractAlone(body: ArchiveBody, dir: string, mode: ExtractMode, { owner, keepSetId = false }: ExtractOptions): Promise<Extracted> {
+  // The target's parent, walked without following what another user can change, made as needed (the owner's).
+  const { parent, created } = await openTargetParent(dir, owner);
+  const tempName = `.envd-archive-${randomBytes(6).toString('hex')}`;
+  let anchor: FileHandle | undefined;
+  let writer: EntryWriter | undefined;
+  try {
+    const existing = await lstat(parent.at(parent.name)).catch(absent);
+    if (existing && !existing.isDirectory()) throw conflict(`path: ${dir} exists and is not a directory`);
+    if (existing && mode === 'create') throw conflict(`path: ${dir} exists; use mode=merge or mode=replace`);
+    await mkdir(parent.at(tempName), { mode: 0o700 });
+    anchor = await open(parent.at(tempName), constants.O_RDONLY | constants.O_DIRECTORY | constants.O_NOFOLLOW).catch(() => {
+      throw conflict(`path: the temporary directory ${parent.child(tempName)} was replaced before envd opened it; nothing was written`);
+    });
+    const made = await anchor.stat();
+    const root = pathOfDescriptor(anchor, parent.at(tempName));
+    // No chown per entry where what envd creates has the owner's ids already: the temporary tree is
+    // theirs and passes on no other group (no set-group-id bit). A directory the archive makes is
+    // created the same way, so its entries are too.
+    const ownedAlready = owner !== undefined && made.uid === owner.uid && made.gid === owner.gid && (made.mode & 0o2000) === 0;
+    writer = new EntryWriter(root, { owner: ownedAlready ? undefined : owner, keepSetId });
     const { chunks, gzipped } = await openBody(body);
     await readTar(gzipped ? gunzip(chunks) : chunks, writer);
-    // Directory mtimes last: writing their entries changed them.
-    for (const [path, time] of writer.dirTimes) await utimes(path, time, time).catch(() => {});
-    if (owner) await chown(temp, owner.uid, owner.gid);
-    await place(temp, dir, mode, existing !== undefined);
-    return { path: dir, files: writer.files, bytes: writer.bytes, sha256: await body.sha256() };
+    writer.finish();
+    const merging = existing !== undefined && mode === 'merge';
+    const target = parent.at(parent.name);
+    if (merging) await checkMerge(root, target, dir, writer.directories);
+    // A plain user cannot move a directory without write permission into another (its `..` changes):
+    // their merge sets modes once moved. Root sets them here, inside the tree no one else can enter.
+    const settleAfterMerge = merging && process.geteuid?.() !== 0;
+    if (!settleAfterMerge) writer.settleDirectories();
+    await anchor.chmod(0o755);
+    if (owner) await anchor.chown(owner.uid, owner.gid);
+    const sha256 = await body.sha256();
+    if (merging) {
+      await moveInto(root, target, dir);
+      if (settleAfterMerge) writer.settleDirectories(target);
+      await removeTemporary(parent, tempName, made, root);
+    } else await place(parent, tempName, made, dir, existing !== undefined);
+    return { path: dir, files: writer.files, bytes: writer.bytes, sha256 };
   } catch (error) {
-    await writer.abort();
-    await rm(temp, { recursive: true, force: true });
+    await writer?.abort();
+    if (anchor) await removeTemporary(parent, tempName, await anchor.stat(), pathOfDescriptor(anchor, parent.at(tempName)));
+    else await rmdir(parent.at(tempName)).catch(() => {});
+    if (created) await removeMadeParents(dir, created, owner);
     if (error instanceof HttpError) throw error;
     const code = (error as NodeJS.ErrnoException).code;
     if (error instanceof TarFormatError || code === 'Z_DATA_ERROR' || code === 'Z_BUF_ERROR') {
       throw badRequest(`body: not a valid tar or tar.gz archive (${(error as Error).message})`);
     }
     throw error;
+  } finally {
+    await anchor?.close();
+    await parent.close();
   }
 }
 
@@ -108,30 +159,71 @@ function gunzip(chunks: AsyncIterable<Buffer>): Readable {
   return source.pipe(out);
 }
 
-/** The extracted tree into place: renamed (create, replace), or moved in entry by entry (merge). */
-async function place(temp: string, dir: string, mode: ExtractMode, exists: boolean): Promise<void> {
-  if (!exists) return rename(temp, dir);
-  if (mode === 'replace') {
-    const old = `${temp}-old`;
-    await rename(dir, old);
-    await rename(temp, dir);
-    await rm(old, { recursive: true, force: true });
+/**
+ * The filled temporary tree renamed into place (create), or swapped for the
+ * old one (replace), by names in the parent opened before. Someone else's
+ * tree that got there first, or a temporary name moved away, is a 409; the
+ * old tree comes back if the swap fails, and is removed without following anything.
+ */
+async function place(parent: TargetParent, tempName: string, made: Identity, dir: string, exists: boolean): Promise<void> {
+  const now = await lstat(parent.at(tempName)).catch(absent);
+  if (!sameFile(now, made)) throw conflict(`path: the temporary directory ${parent.child(tempName)} was moved away; nothing was written`);
+  if (!exists) {
+    await rename(parent.at(tempName), parent.at(parent.name)).catch(raced(dir));
     return;
   }
-  await mergeInto(temp, dir);
-  await rm(temp, { recursive: true, force: true });
+  const old = `${tempName}-old`;
+  await rename(parent.at(parent.name), parent.at(old)).catch(raced(dir));
+  try {
+    await rename(parent.at(tempName), parent.at(parent.name));
+  } catch (error) {
+    await rename(parent.at(old), parent.at(parent.name)).catch(() => {});
+    raced(dir)(error as NodeJS.ErrnoException);
+  }
+  await parent.removeTree(old);
 }
 
-async function mergeInto(from: string, to: string): Promise<void> {
-  for (const name of await readdir(from)) {
-    const source = join(from, name);
-    const target = join(to, name);
-    const [s, t] = await Promise.all([lstat(source), lstat(target).catch(() => undefined)]);
-    if (s.isDirectory() && t?.isDirectory()) await mergeInto(source, target);
-    else {
-      if (t?.isDirectory()) await rm(target, { recursive: true, force: true });
-      await rename(source, target);
+/** A rename that lost to another writer of the same path: a 409. */
+function raced(dir: string): (error: NodeJS.ErrnoException) => never {
+  return (error) => {
+    const code = error.code;
+    if (code === 'EEXIST' || code === 'ENOTEMPTY' || code === 'ENOENT' || code === 'ENOTDIR' || code === 'EISDIR') {
+      throw conflict(`path: ${dir} was changed by someone else meanwhile (${code}); nothing was written`);
+    }
+    throw error;
+  };
+}
+
+type Identity = { ino: number; dev: number };
+const sameFile = (a: Identity | undefined, b: Identity) => a !== undefined && a.ino === b.ino && a.dev === b.dev;
+
+function absent(error: NodeJS.ErrnoException): undefined {
+  if (error.code === 'ENOENT') return undefined;
+  throw error;
+}
+
+/**
+ * The temporary tree removed: its contents through its descriptor (`root`:
+ * root's 0700 tree, no one else's), then its name, if that is still the
+ * directory made. A plain user's tree may hold directories they cannot
+ * write (0555, set last): made writable first.
+ */
+async function removeTemporary(parent: TargetParent, tempName: string, made: Identity, root: string): Promise<void> {
+  for (let attempt = 0; attempt < 2; attempt++) {
+    try {
+      for (const name of await readdir(root)) await rm(join(root, name), { recursive: true, force: true });
+      break;
+    } catch (error) {
+      if ((error as NodeJS.ErrnoException).code !== 'EACCES' || attempt > 0) break;
+      await makeWritable(root);
     }
   }
+  if (sameFile(await lstat(parent.at(tempName)).catch(() => undefined), made)) await rmdir(parent.at(tempName)).catch(() => {});
 }
 
+async function makeWritable(dir: string): Promise<void> {
+  await chmod(dir, 0o700).catch(() => {});
+  for (const entry of await readdir(dir, { withFileTypes: true }).catch(() => [])) {
+    if (entry.isDirectory()) await makeWritable(join(dir, entry.name));
+  }
+}

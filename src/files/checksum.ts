@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto';
-import { open } from 'node:fs/promises';
+import { open, type FileHandle } from 'node:fs/promises';
 
 /** sha256 of bytes in memory, hex. */
 export function sha256Of(bytes: Buffer | string): string {
@@ -28,6 +28,20 @@ const CAUGHT_UP_WAIT_MS = { first: 2, max: 64 };
  * while the kernel moves the rest instead of after it.
  */
 export async function sha256OfFile(path: string, appendedUntil?: Promise<unknown>): Promise<string> {
+  const file = await open(path, 'r');
+  try {
+    return await sha256OfHandle(file, appendedUntil);
+  } finally {
+    await file.close();
+  }
+}
+
+/**
+ * `sha256OfFile` of an open file (one user-path.ts's openRegular checked: a
+ * regular file, so the reads end). With `signal`, stops when it is aborted
+ * (the client left): a large file is not hashed for nobody.
+ */
+export async function sha256OfHandle(file: FileHandle, appendedUntil?: Promise<unknown>, signal?: AbortSignal): Promise<string> {
   const hash = createHash('sha256');
   const buffer = Buffer.allocUnsafeSlow(READ_BYTES);
   // Settles when the writer is done, however it ended (its failure is its caller's to answer).
@@ -37,27 +51,23 @@ export async function sha256OfFile(path: string, appendedUntil?: Promise<unknown
   );
   let appending = writerDone !== undefined;
   void writerDone?.then(() => (appending = false));
-  const file = await open(path, 'r');
   let wait = CAUGHT_UP_WAIT_MS.first;
-  try {
-    for (;;) {
-      // Read before asking whether the writer is done: an empty read after it was done is the end.
-      const writerWasDone = !appending;
-      const { bytesRead } = await file.read(buffer, 0, READ_BYTES, null);
-      if (bytesRead > 0) {
-        hash.update(buffer.subarray(0, bytesRead));
-        wait = CAUGHT_UP_WAIT_MS.first;
-      } else if (writerWasDone) break;
-      else {
-        // The writer's end cuts the wait short: the rest is read at once.
-        let timer: NodeJS.Timeout | undefined;
-        await Promise.race([new Promise((resolve) => (timer = setTimeout(resolve, wait))), writerDone]);
-        clearTimeout(timer);
-        wait = Math.min(wait * 2, CAUGHT_UP_WAIT_MS.max);
-      }
+  for (;;) {
+    signal?.throwIfAborted();
+    // Read before asking whether the writer is done: an empty read after it was done is the end.
+    const writerWasDone = !appending;
+    const { bytesRead } = await file.read(buffer, 0, READ_BYTES, null);
+    if (bytesRead > 0) {
+      hash.update(buffer.subarray(0, bytesRead));
+      wait = CAUGHT_UP_WAIT_MS.first;
+    } else if (writerWasDone) break;
+    else {
+      // The writer's end cuts the wait short: the rest is read at once.
+      let timer: NodeJS.Timeout | undefined;
+      await Promise.race([new Promise((resolve) => (timer = setTimeout(resolve, wait))), writerDone]);
+      clearTimeout(timer);
+      wait = Math.min(wait * 2, CAUGHT_UP_WAIT_MS.max);
     }
-  } finally {
-    await file.close();
   }
   return hash.digest('hex');
 }

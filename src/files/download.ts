@@ -1,6 +1,7 @@
 import type { Readable } from 'node:stream';
 import { FileBody } from './file-body.js';
 import { openReadable } from './open-readable.js';
+import type { Owner } from './paths.js';
 
 export interface ByteRange {
   start: number;
@@ -43,13 +44,13 @@ export type Download =
  * aborts the connection (fastify destroys the response). The handle is closed
  * when the body ends or is destroyed (client gone).
  *
- * A FIFO or socket is 400 before it is opened (opening a FIFO blocks a
- * thread-pool thread until a writer appears). A file whose size is 0 may
- * still have content (/proc, /sys, /dev/zero): it is sent to its end without
+ * A FIFO, socket or device is 400 before a byte is read (user-path.ts's
+ * openRegular). A file whose size is 0 may
+ * still have content (/proc, /sys): it is sent to its end without
  * a Content-Length (chunked), or with `content-length: 0` if it is empty.
  */
-export async function openDownload(path: string, rangeHeader: string | undefined): Promise<Download> {
-  const { handle, stats } = await openReadable(path);
+export async function openDownload(path: string, rangeHeader: string | undefined, owner?: Owner): Promise<Download> {
+  const { handle, stats } = await openReadable(path, owner);
   const size = stats.size;
   const range = parseRange(rangeHeader, size);
   if (range === 'unsatisfiable') {

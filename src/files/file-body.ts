@@ -2,7 +2,7 @@ import type { FileHandle } from 'node:fs/promises';
 import { Readable, type Writable } from 'node:stream';
 import { conflict, errnoToHttpError, badRequest, HttpError } from '../errors.js';
 import { BufferRing } from './buffer-ring.js';
-import { STREAM_CHUNK_BYTES } from './chunk-size.js';
+import { DOWNLOAD_CHUNK_BYTES } from './chunk-size.js';
 
 /**
  * A read that fails before anything is sent (a special file such as
@@ -18,7 +18,7 @@ export function readError(error: unknown, path: string): unknown {
 }
 
 /**
- * The bytes of a download, read from one open handle in STREAM_CHUNK_BYTES
+ * The bytes of a download, read from one open handle in DOWNLOAD_CHUNK_BYTES
  * chunks: `length` bytes from `position`, or to EOF when `length` is
  * undefined. Never more than `length` (a file growing meanwhile cannot push the
  * body past its Content-Length); fewer is an error (a file shrinking
@@ -31,7 +31,7 @@ export function readError(error: unknown, path: string): unknown {
  */
 export class FileBody extends Readable {
   private dest: Writable | undefined;
-  private readonly ring = new BufferRing(STREAM_CHUNK_BYTES);
+  private readonly ring = new BufferRing(DOWNLOAD_CHUNK_BYTES);
 
   private constructor(
     private readonly handle: FileHandle,
@@ -40,7 +40,9 @@ export class FileBody extends Readable {
     private left: number,
     private readonly exact: boolean,
   ) {
-    super({ highWaterMark: STREAM_CHUNK_BYTES });
+    // No read-ahead: a chunk is read when the response has taken the one before, so a client that
+    // stops reading pins one chunk (its pending write), not two (issue 36, item 9).
+    super({ highWaterMark: 0 });
   }
 
   /**
@@ -51,7 +53,7 @@ export class FileBody extends Readable {
   static async open(handle: FileHandle, path: string, position: number, length: number | undefined): Promise<{ body: FileBody; empty: boolean }> {
     const body = new FileBody(handle, path, position, length ?? Infinity, length !== undefined);
     try {
-      const first = await body.readChunk(Buffer.allocUnsafe(Math.min(STREAM_CHUNK_BYTES, body.left)));
+      const first = await body.readChunk(Buffer.allocUnsafe(Math.min(DOWNLOAD_CHUNK_BYTES, body.left)));
       if (first) body.pushChunk(first);
       else body.push(null);
       return { body, empty: !first };
@@ -68,7 +70,7 @@ export class FileBody extends Readable {
 
   override _read(): void {
     if (this.left === 0) return void this.push(null);
-    this.readChunk(this.takeBuffer(Math.min(STREAM_CHUNK_BYTES, this.left))).then(
+    this.readChunk(this.takeBuffer(Math.min(DOWNLOAD_CHUNK_BYTES, this.left))).then(
       (chunk) => {
         if (this.destroyed) return;
         if (chunk) this.pushChunk(chunk);

@@ -1,6 +1,7 @@
 import type { FileHandle } from 'node:fs/promises';
 import { HttpError, badRequest, errnoToHttpError } from '../errors.js';
 import { openReadable } from './open-readable.js';
+import type { Owner } from './paths.js';
 import type { EncodingName } from './schemas.js';
 
 /** JSON reads of files above this are refused with 413; `/files/raw` streams any size. */
@@ -10,8 +11,8 @@ export const READ_LIMIT = 10 * 1024 * 1024;
 const READ_STEP_BYTES = 64 * 1024;
 
 /** Reads a whole (small) file for a JSON answer. */
-export async function readContent(path: string, encoding: EncodingName): Promise<{ path: string; data: string; encoding: EncodingName; size: number }> {
-  const { handle, stats } = await openReadable(path);
+export async function readContent(path: string, encoding: EncodingName, owner?: Owner): Promise<{ path: string; data: string; encoding: EncodingName; size: number }> {
+  const { handle, stats } = await openReadable(path, owner);
   try {
     if (stats.size > READ_LIMIT) throw new HttpError(413, `${path}: ${stats.size} bytes is over the ${READ_LIMIT}-byte limit of a JSON read; use GET /files/raw`);
     const bytes = await readUpTo(handle, READ_LIMIT + 1, stats.size);

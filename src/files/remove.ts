@@ -1,19 +1,13 @@
-import { lstat, rm } from 'node:fs/promises';
-import { badRequest, errnoToHttpError } from '../errors.js';
+import { badRequest } from '../errors.js';
+import { removeTree } from './user-path.js';
 
-/** `rm -r` of a file, a symlink (not its target) or a tree; false when nothing was there. */
+/**
+ * `rm -r` of a file, a symlink (not its target) or a tree; false when nothing
+ * was there. Removed relative to open directories, never following anything
+ * (user-path.ts): a user swapping a directory for a symlink meanwhile cannot
+ * steer it outside the tree.
+ */
 export async function removeEntry(path: string): Promise<{ removed: boolean }> {
   if (path === '/') throw badRequest('path: refusing to remove /');
-  try {
-    await lstat(path);
-  } catch (error) {
-    if ((error as NodeJS.ErrnoException).code === 'ENOENT') return { removed: false };
-    throw errnoToHttpError(error, path);
-  }
-  try {
-    await rm(path, { recursive: true, force: true });
-  } catch (error) {
-    throw errnoToHttpError(error, path);
-  }
-  return { removed: true };
+  return { removed: await removeTree(path) };
 }

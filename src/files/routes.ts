@@ -8,7 +8,7 @@ import { badRequest, HttpError, errnoToHttpError } from '../errors.js';
 import { extractArchive, hashedHere } from './archive-extract.js';
 import { relayArchive } from './archive-relay.js';
 import { packDirectory } from './archive-pack.js';
-import { sha256Of, sha256OfFile } from './checksum.js';
+import { sha256Of, sha256OfHandle } from './checksum.js';
 import type { SandboxState } from '../sandbox-state.js';
 import { writeAtomically } from './atomic-write.js';
 import { writeBatch } from './batch.js';
@@ -20,6 +20,7 @@ import { readOwnerNames } from './owner-names.js';
 import { checkPath, resolveOwner } from './paths.js';
 import { decodeData, readContent } from './read.js';
 import { removeEntry } from './remove.js';
+import { openRegular } from './user-path.js';
 import { moveEntry } from './rename.js';
 import * as S from './schemas.js';
 import { UPLOAD_LIMIT, checkUploadHeaders, receiveUpload } from './upload.js';
@@ -77,7 +78,7 @@ export const fileRoutes: FastifyPluginAsyncTypebox<FileRoutesOptions> = async (a
     },
     async (request, reply) => {
       const path = checkPath(request.query.path, 'path');
-      const download = await openDownload(path, request.headers.range);
+      const download = await openDownload(path, request.headers.range, await resolveOwner(state, undefined));
       if (download.status === 416) {
         throw new HttpError(416, `range ${request.headers.range} is outside the file (${download.size} bytes)`, {
           headers: { 'content-range': `bytes */${download.size}` },
@@ -116,7 +117,7 @@ export const fileRoutes: FastifyPluginAsyncTypebox<FileRoutesOptions> = async (a
   app.get(
     '/',
     { schema: { summary: 'Read a file of up to 10 MiB as JSON', querystring: S.ReadQuery, response: { 200: S.FileContent, ...S.errors(400, 404, 413) } } },
-    async (request) => readContent(checkPath(request.query.path, 'path'), request.query.encoding ?? 'utf8'),
+    async (request) => readContent(checkPath(request.query.path, 'path'), request.query.encoding ?? 'utf8', await resolveOwner(state, undefined)),
   );
 
   app.delete(
@@ -149,7 +150,17 @@ export const fileRoutes: FastifyPluginAsyncTypebox<FileRoutesOptions> = async (a
       const entry = await describeEntry(path, await readOwnerNames());
       if (request.query.checksum === undefined) return entry;
       if (entry.type !== 'file') throw badRequest(`checksum: ${path} is a ${entry.type === 'dir' ? 'directory' : 'symlink'}, not a regular file`);
-      return { ...entry, sha256: await sha256OfFile(path) };
+      // A FIFO or device (reported as type "file") is refused before a byte is read; the hash stops when the client leaves.
+      const { handle } = await openRegular(path, await resolveOwner(state, undefined));
+      const left = new AbortController();
+      const onClose = () => left.abort();
+      request.raw.socket.once('close', onClose);
+      try {
+        return { ...entry, sha256: await sha256OfHandle(handle, undefined, left.signal) };
+      } finally {
+        request.raw.socket.off('close', onClose);
+        await handle.close();
+      }
     },
   );
 
@@ -167,7 +178,7 @@ export const fileRoutes: FastifyPluginAsyncTypebox<FileRoutesOptions> = async (a
     async (request, reply) => {
       const format = (request.query.format ?? 'tar') as 'tar' | 'tar.gz';
       const path = checkPath(request.query.path, 'path');
-      const body = await packDirectory(path, format);
+      const body = await packDirectory(path, format, await resolveOwner(state, undefined));
       const name = basename(path) || 'root';
       return reply
         .type(format === 'tar' ? 'application/x-tar' : 'application/gzip')
@@ -196,12 +207,14 @@ export const fileRoutes: FastifyPluginAsyncTypebox<FileRoutesOptions> = async (a
       if (!(request.body instanceof Readable)) throw badRequest('body: a tar or tar.gz archive is required (content-type application/x-tar, application/gzip or application/octet-stream)');
       const owner = await resolveOwner(state, request.query.username);
       const mode = (request.query.mode ?? 'create') as 'create' | 'merge' | 'replace';
+      // Setuid and setgid bits only where root extracts for root.
+      const options = { owner, keepSetId: owner?.uid === 0 };
       const relayed = relayArchive(request.raw, receiver);
-      if (!relayed) return extractArchive(hashedHere(request.body), path, mode, owner);
+      if (!relayed) return extractArchive(hashedHere(request.body), path, mode, options);
       // Node's parser still waits for the relayed body: this connection can take no further request.
       reply.header('connection', 'close');
       try {
-        return await extractArchive(relayed, path, mode, owner);
+        return await extractArchive(relayed, path, mode, options);
       } finally {
         await relayed.close();
       }

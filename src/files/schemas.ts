@@ -43,7 +43,7 @@ export const ExtractQuery = Type.Object({
   path: PathField,
   mode: Type.Optional(
     Type.Unsafe<'create' | 'merge' | 'replace'>(
-      Type.String({ enum: ['create', 'merge', 'replace'], default: 'create', description: 'create: path must not exist; merge: into what is there; replace: the whole tree swapped at once' }),
+      Type.String({ enum: ['create', 'merge', 'replace'], default: 'create', description: 'create: path must not exist; merge: into what is there, all or nothing (a directory where a file is, or a file where a non-empty directory is, is a 409); replace: the whole tree swapped at once' }),
     ),
   ),
   username: Type.Optional(Username),

@@ -149,8 +149,9 @@ describe('PUT /files/archive', () => {
   it.each([
     ['a name with ..', [{ header: { name: 'ok.txt' }, body: 'fine' }, { header: { name: '../evil.txt' }, body: 'x' }], /"\.\.\/evil\.txt": it leaves the directory/],
     ['an absolute name', [{ header: { name: '/etc/evil' }, body: 'x' }], /"\/etc\/evil": an absolute path/],
-    ['a symlink out', [{ header: { name: 'out', type: 'symlink', linkname: '../../etc' } }], /"out": a symlink out of the directory/],
-    ['an absolute symlink', [{ header: { name: 'abs', type: 'symlink', linkname: '/etc/passwd' } }], /"abs": a symlink to an absolute path/],
+    ['a file written through an outward symlink', [{ header: { name: 'out', type: 'symlink', linkname: '..' } }, { header: { name: 'out/evil.txt' }, body: 'x' }], /"out\/evil\.txt": a directory on its path is a symlink/],
+    ['a file written through an absolute symlink', [{ header: { name: 'abs', type: 'symlink', linkname: '/' } }, { header: { name: 'abs/evil.txt' }, body: 'x' }], /"abs\/evil\.txt": a directory on its path is a symlink/],
+    ['a symlink where the archive made a directory', [{ header: { name: 'a', type: 'directory' } }, { header: { name: 'a', type: 'symlink', linkname: '..' } }], /"a": a symlink where the archive made a directory/],
     ['a file written through a symlink', [{ header: { name: 'd', type: 'symlink', linkname: '.' } }, { header: { name: 'd/x.txt' }, body: 'x' }], /"d\/x\.txt": a directory on its path is a symlink/],
     ['a hard link out', [{ header: { name: 'h', type: 'link', linkname: '/etc/passwd' } }], /"h": a hard link to "\/etc\/passwd", which is not a file extracted before it/],
     ['a device node', [{ header: { name: 'dev', type: 'character-device', devmajor: 1, devminor: 3 } }], /"dev": a character device/],

@@ -42,10 +42,15 @@ describe('GET /files/raw: errors before and after the status line', () => {
     expect(response.status).toBe(200);
     expect(response.headers.get('content-length')).toBeNull();
     expect(Buffer.from(await response.arrayBuffer()).toString()).toBe(readFileSync('/proc/version', 'utf8'));
-    const empty = await download('/dev/null');
-    expect(empty.headers.get('content-length')).toBe('0');
-    expect(await empty.text()).toBe('');
     expect((await scratch.server.call('GET', '/health')).status).toBe(200);
+  });
+
+  it('refuses a character device (/dev/null, /dev/zero) with 400 before a byte is read: a device may never end', async () => {
+    for (const device of ['/dev/null', '/dev/zero']) {
+      const response = await download(device);
+      expect(response.status).toBe(400);
+      expect(await response.json()).toEqual({ message: `${device}: is a character device, not a regular file that can be read` });
+    }
   });
 
   it('refuses a FIFO with 400 without opening it (opening would wait for a writer)', async () => {

@@ -12,7 +12,7 @@ import { Readable } from 'node:stream';
 import { extract } from 'tar-stream';
 import { afterAll, describe, expect, it } from 'vitest';
 import { BLOCK, decodeHeader, encodeHeader, TarFormatError, type TarHeader } from '../../src/files/tar/format.js';
-import { readTar } from '../../src/files/tar/read.js';
+import { MAX_EXTENDED_BYTES, readTar } from '../../src/files/tar/read.js';
 import { tarPieces } from '../../src/files/tar/write.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'envd-tar-'));
@@ -158,9 +158,39 @@ describe('envd reads tar', () => {
     const huge = encodeHeader({ name: 'p', type: 'file', mode: 0o644, uid: 0, gid: 0, size: 1024 * 1024 + 1, mtime: 0, linkname: '' });
     huge.write('x', 156);
     fixChecksum(huge);
-    await expect(readAll(Buffer.concat([huge, Buffer.alloc(1024 * 1024 + 512)]))).rejects.toThrow(/extended header of 1048577 bytes/);
+    await expect(readAll(Buffer.concat([huge, Buffer.alloc(1024 * 1024 + 512)]))).rejects.toThrow(/extended headers of 1048577 bytes before one entry/);
+  });
+
+  it('holds the extended headers before one entry up to MAX_EXTENDED_BYTES together, and refuses one byte more however it is split', async () => {
+    const file = Buffer.concat([encodeHeader({ name: 'f', type: 'file', mode: 0o644, uid: 0, gid: 0, size: 1, mtime: 0, linkname: '' }), pad(Buffer.from('1'))]);
+    const half = MAX_EXTENDED_BYTES / 2;
+    // Two pax headers of distinct keys that fill the budget exactly, then the entry: read.
+    const atEdge = Buffer.concat([paxHeader('comment', half), paxHeader('envd.a', half), file, Buffer.alloc(1024)]);
+    expect(await readAll(atEdge)).toEqual([expect.objectContaining({ name: 'f', body: '1' })]);
+    // The budget is per entry: the same again before a second entry is fine.
+    expect(await readAll(Buffer.concat([atEdge.subarray(0, atEdge.length - 1024), atEdge]))).toHaveLength(2);
+    // One byte more, split over a pax header and a GNU long name: refused before it is held.
+    const longName = encodeHeader({ name: '././@LongLink', type: 'file', mode: 0, uid: 0, gid: 0, size: half + 1, mtime: 0, linkname: '' });
+    longName.write('L', 156);
+    fixChecksum(longName);
+    const over = Buffer.concat([paxHeader('comment', half), longName, pad(Buffer.alloc(half + 1, 0x61)), file, Buffer.alloc(1024)]);
+    await expect(readAll(over)).rejects.toThrow(`extended headers of ${MAX_EXTENDED_BYTES + 1} bytes before one entry (at most ${MAX_EXTENDED_BYTES})`);
+    // Many small headers of distinct keys (what took envd to 372 MiB) stop at the same edge.
+    const many = Array.from({ length: 300 }, (_, i) => paxHeader(`k${i}`, 64 * 1024));
+    await expect(readAll(Buffer.concat([...many, file, Buffer.alloc(1024)]))).rejects.toThrow(/extended headers of \d+ bytes before one entry/);
   });
 });
+
+/** A pax header ('x') of one record `key=aaa…` exactly `bytes` long. */
+function paxHeader(key: string, bytes: number): Buffer {
+  const value = 'a'.repeat(bytes - String(bytes).length - key.length - 3);
+  const record = Buffer.from(`${bytes} ${key}=${value}\n`);
+  expect(record.length).toBe(bytes);
+  const header = encodeHeader({ name: 'PaxHeader', type: 'file', mode: 0o644, uid: 0, gid: 0, size: bytes, mtime: 0, linkname: '' });
+  header.write('x', 156);
+  fixChecksum(header);
+  return Buffer.concat([header, pad(record)]);
+}
 
 function pad(bytes: Buffer): Buffer {
   return Buffer.concat([bytes, Buffer.alloc((BLOCK - (bytes.length % BLOCK)) % BLOCK)]);

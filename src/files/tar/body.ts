@@ -1,6 +1,8 @@
 import { Readable, type Writable } from 'node:stream';
 import { BufferRing } from '../buffer-ring.js';
-import { CHUNK_BYTES, PIECE_BYTES, tarPieces } from './write.js';
+import type { Owner } from '../paths.js';
+import { BLOCK } from './format.js';
+import { CHUNK_BYTES, tarPieces } from './write.js';
 
 /**
  * A directory tree as a tar stream whose pieces are made in a few recycled
@@ -12,12 +14,25 @@ import { CHUNK_BYTES, PIECE_BYTES, tarPieces } from './write.js';
  */
 export class TarBody extends Readable {
   private dest: Writable | undefined;
-  private readonly ring = new BufferRing(PIECE_BYTES);
+  private readonly ring: BufferRing;
   private readonly pieces: AsyncGenerator<Buffer>;
 
-  constructor(root: string) {
-    super({ highWaterMark: CHUNK_BYTES });
-    this.pieces = tarPieces(root, (size) => this.ring.take(size, this.dest ? this.readableLength + this.dest.writableLength : Infinity));
+  /**
+   * `chunkBytes`: the piece size (tarPieces). `sliceBytes`: each piece is
+   * handed on in slices of this size (views, not copies), for gzip, which
+   * compresses a whole write before it looks at backpressure: a stalled
+   * client then pins a slice's output, not a piece's (issue 36, item 9).
+   */
+  constructor(
+    root: string,
+    owner?: Owner,
+    chunkBytes = CHUNK_BYTES,
+    private readonly sliceBytes = Infinity,
+  ) {
+    // No read-ahead: a stalled client pins the one piece it has not taken (issue 36, item 9).
+    super({ highWaterMark: 0 });
+    this.ring = new BufferRing(chunkBytes + BLOCK);
+    this.pieces = tarPieces(root, (size) => this.ring.take(size, this.dest ? this.readableLength + this.dest.writableLength : Infinity), owner, chunkBytes);
   }
 
   override pipe<T extends NodeJS.WritableStream>(destination: T, options?: { end?: boolean }): T {
@@ -31,7 +46,8 @@ export class TarBody extends Readable {
         if (this.destroyed) return;
         if (next.done) return void this.push(null);
         this.ring.pushed(next.value);
-        this.push(next.value);
+        // Slices wait in this stream's buffer, so the ring counts them as held until taken.
+        for (let at = 0; at < next.value.length; at += this.sliceBytes) this.push(next.value.subarray(at, at + this.sliceBytes));
       },
       (error: unknown) => this.destroy(error as Error),
     );

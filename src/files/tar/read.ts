@@ -9,8 +9,14 @@ export interface TarVisitor {
   end(): void | Promise<void>;
 }
 
-/** Extended headers (pax, GNU long names) are held whole: beyond this they are refused, not buffered. */
-const MAX_EXTENDED_BYTES = 1024 * 1024;
+/**
+ * The extended headers (pax, GNU long names) that come before one entry are
+ * held whole until that entry: together at most this many bytes, beyond that
+ * the archive is refused, not buffered. Counted over all of them, not each:
+ * 300 pax headers of distinct keys, 310 KB gzipped, held 300 MiB when each
+ * was bounded alone. Global headers ('g') are read past, never held.
+ */
+export const MAX_EXTENDED_BYTES = 1024 * 1024;
 
 /**
  * Reads a tar stream to its end-of-archive block and then the input to its
@@ -23,6 +29,8 @@ export async function readTar(input: AsyncIterable<Buffer>, visitor: TarVisitor)
   let pax: Map<string, string> | undefined;
   let longName: string | undefined;
   let longLink: string | undefined;
+  /** Bytes of extended headers held for the coming entry. */
+  let held = 0;
   // Every step takes the synchronous path while the input chunk at hand holds what it needs:
   // no promise per header, piece or entry for the many small entries of a source tree.
   for (;;) {
@@ -30,17 +38,26 @@ export async function readTar(input: AsyncIterable<Buffer>, visitor: TarVisitor)
     if (isZeroBlock(block)) break;
     const raw = decodeHeader(block);
     if (raw.flag === 'x' || raw.flag === 'g' || raw.flag === 'L' || raw.flag === 'K') {
-      if (raw.size > MAX_EXTENDED_BYTES) throw new TarFormatError(`an extended header of ${raw.size} bytes (at most ${MAX_EXTENDED_BYTES})`);
+      // A global pax header ('g', git archive's commit id) sets nothing envd keeps: read past it.
+      if (raw.flag === 'g') {
+        await reader.skip(raw.size + padding(raw.size));
+        continue;
+      }
+      held += raw.size;
+      if (held > MAX_EXTENDED_BYTES) throw new TarFormatError(`extended headers of ${held} bytes before one entry (at most ${MAX_EXTENDED_BYTES})`);
       const bytes = await reader.exactly(raw.size, 'an extended header');
       await reader.skip(padding(raw.size));
-      // A global pax header ('g', git archive's commit id) sets nothing envd keeps: read past it.
-      if (raw.flag === 'x') pax = new Map([...(pax ?? []), ...parsePax(bytes)]);
+      if (raw.flag === 'x') {
+        pax ??= new Map();
+        for (const [key, value] of parsePax(bytes)) pax.set(key, value);
+      }
       else if (raw.flag === 'L') longName = cString(bytes);
       else if (raw.flag === 'K') longLink = cString(bytes);
       continue;
     }
     const header = applyExtended(raw, pax, longName, longLink);
     pax = longName = longLink = undefined;
+    held = 0;
     // A directory's size is never data (tar-stream and GNU tar agree); any other entry's is, read or not.
     const dataBytes = header.type === 'directory' ? 0 : header.size;
     const started = visitor.entry(header);

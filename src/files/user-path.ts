@@ -1,0 +1,405 @@
+import type { Stats } from 'node:fs';
+import { closeSync, constants, openSync, fchown as fchownCallback, fstat as fstatCallback, open as openCallback } from 'node:fs';
+import { lstat, mkdir, open, readdir, readlink, rename, rmdir, unlink, type FileHandle } from 'node:fs/promises';
+import { promisify } from 'node:util';
+import { posix } from 'node:path';
+import { badRequest, errnoToHttpError, HttpError } from '../errors.js';
+import type { Owner } from './paths.js';
+
+/**
+ * The one place envd opens, creates, renames, removes and chowns on a user's
+ * behalf. The rule it keeps: **root never follows a path component that a
+ * less-privileged user can change.**
+ *
+ * How, with nothing but Node's fs (no openat in Node, no native addon): a path
+ * is walked one component at a time from `/`, each component opened with
+ * `O_PATH|O_NOFOLLOW` relative to the directory opened before it, spelled
+ * `/proc/self/fd/<dirfd>/<name>`. The kernel resolves `/proc/self/fd/<dirfd>`
+ * to that open directory itself (a "magic link": no name is looked up again),
+ * then looks up exactly one `name` in it, and O_NOFOLLOW keeps that from
+ * following a symlink. mkdir, rename, unlink, rmdir, lstat and readlink never
+ * follow their last component, so they are dirfd-relative the same way.
+ * Ownership and modes are set with fchown/fchmod on an open fd, never by path.
+ * Every call runs on the thread pool (fs.promises), never on the event loop;
+ * none can wait on another process: O_PATH opens do not open a device or a
+ * FIFO, and content is read only from a reopened fd that fstat showed to be a
+ * regular file (`openRegular`), with O_NONBLOCK.
+ *
+ * Which symlinks are followed: one in a directory that only root or the
+ * request's own user can change (owned by one of them, not writable by group
+ * or others; or sticky, with the link owned by one of them). A user can
+ * redirect their own requests, never someone else's, and never root's. Any
+ * other symlink in the middle of a path is a 400; at the end of a path it is
+ * the thing itself (replaced by a write, removed by a delete, not read).
+ *
+ * Needs /proc (envd-init mounts it; a kernel without it has no envd anyway).
+ */
+
+/** Not in fs.constants; the same on every Linux architecture envd ships for (x86-64, arm64). */
+const O_PATH = 0o10000000;
+const { O_DIRECTORY, O_NOFOLLOW, O_RDONLY, O_WRONLY, O_CREAT, O_EXCL, O_NONBLOCK } = constants;
+
+/** Symlinks followed in one resolution before it is ELOOP, as the kernel's own limit. */
+const MAX_LINKS = 40;
+
+/** How many entries of one directory a recursive removal works on at once. */
+const REMOVE_CONCURRENCY = 16;
+
+/** open(2) giving a bare fd: a walk holds a directory for one step, and a FileHandle's close would be a second trip through the pool. */
+const openFd = promisify(openCallback);
+const fstat = promisify(fstatCallback);
+const fchown = promisify(fchownCallback);
+
+/**
+ * A directory opened by a walk (O_PATH, or O_RDONLY for one envd made): its
+ * fd pins it, whatever happens to its name afterwards. Closing it is
+ * synchronous: closing a directory's fd never waits.
+ */
+export class UserDir {
+  private described: Promise<Stats> | undefined;
+  private closed = false;
+
+  constructor(
+    private readonly fd: number,
+    /** The path it was reached by, for messages only: never handed to fs. */
+    readonly path: string,
+    /** The process-wide `/`: never closed. */
+    private readonly shared = false,
+  ) {}
+
+  /** Its owner and mode (fstat, once): whether a symlink in it may be followed. */
+  stats(): Promise<Stats> {
+    this.described ??= fstat(this.fd);
+    return this.described;
+  }
+
+  /** A name inside this directory, for one dirfd-relative call (the name must be one component). */
+  at(name: string): string {
+    if (name === '' || name === '.' || name === '..' || name.includes('/')) throw badRequest(`${this.path}: ${JSON.stringify(name)} is not a single name`);
+    return `/proc/self/fd/${this.fd}/${name}`;
+  }
+
+  /** The directory itself, as a path the kernel resolves to this fd (readdir). */
+  get self(): string {
+    return `/proc/self/fd/${this.fd}`;
+  }
+
+  /** The message path of an entry in this directory. */
+  child(name: string): string {
+    return posix.join(this.path, name);
+  }
+
+  async close(): Promise<void> {
+    if (this.closed || this.shared) return;
+    this.closed = true;
+    closeSync(this.fd);
+  }
+}
+
+/** May a symlink in a directory with `dir`'s stats be followed on behalf of `owner`? */
+function mayFollow(dir: Stats, link: Stats, owner: Owner | undefined): boolean {
+  const trusted = (uid: number) => uid === 0 || uid === process.geteuid?.() || (owner !== undefined && uid === owner.uid);
+  if (!trusted(dir.uid)) return false;
+  if ((dir.mode & 0o022) === 0) return true;
+  return (dir.mode & 0o1000) !== 0 && trusted(link.uid);
+}
+
+/** `/`, opened once: every walk starts there (envd never changes its root). */
+let root: UserDir | undefined;
+function rootDir(): UserDir {
+  root ??= new UserDir(openSync('/', O_PATH | O_DIRECTORY), '/', true);
+  return root;
+}
+
+async function openDirAt(at: string, path: string): Promise<UserDir> {
+  return new UserDir(await openFd(at, O_PATH | O_DIRECTORY | O_NOFOLLOW), path);
+}
+
+export interface WalkOptions {
+  /** On whose behalf: their own symlinks are followed too. */
+  owner?: Owner | undefined;
+  /** Create missing directories (mode 0755, given to `owner` with fchown). */
+  create?: boolean;
+}
+
+/** What `openDirectory` did. */
+export interface Walked {
+  dir: UserDir;
+  /** The topmost directory it created (mkdir -p's answer), if any. */
+  created: string | undefined;
+}
+
+/**
+ * Opens the directory at `path` by the walk described above, creating what is
+ * missing when asked. A component that is a file is a 400; a symlink that may
+ * not be followed is a 400 that says why; a missing one without `create` is a
+ * 404. Never loops: each step is one lookup, links are counted.
+ */
+export async function openDirectory(path: string, options: WalkOptions = {}): Promise<Walked> {
+  let pending = path.split('/').filter((c) => c !== '' && c !== '.');
+  let dir = rootDir();
+  let created: string | undefined;
+  let links = 0;
+  try {
+    while (pending.length > 0) {
+      const name = pending.shift()!;
+      if (name === '..') {
+        const up = await openDirAt(`${dir.self}/..`, posix.dirname(dir.path));
+        await dir.close();
+        dir = up;
+        continue;
+      }
+      const next = await stepInto(dir, name, options);
+      if ('link' in next) {
+        if (++links > MAX_LINKS) throw badRequest(`${path}: too many levels of symbolic links`);
+        // A link's text is resolved against where it was found: start again from /.
+        const target = posix.resolve(dir.path, next.link);
+        pending = [...target.split('/').filter((c) => c !== '' && c !== '.'), ...pending];
+        await dir.close();
+        dir = rootDir();
+        continue;
+      }
+      if (next.created && created === undefined) created = next.dir.path;
+      await dir.close();
+      dir = next.dir;
+    }
+    return { dir, created };
+  } catch (error) {
+    await dir.close();
+    throw toHttp(error, path);
+  }
+}
+
+/**
+ * One step of a walk: the directory `name` inside `dir` (made if asked), or
+ * the text of a link that may be followed. One trip through the pool for a
+ * directory (O_DIRECTORY|O_NOFOLLOW refuses anything else); an lstat only
+ * when it is something else.
+ */
+async function stepInto(dir: UserDir, name: string, options: WalkOptions): Promise<{ dir: UserDir; created: boolean } | { link: string }> {
+  const path = dir.child(name);
+  for (let attempt = 0; ; attempt++) {
+    try {
+      return { dir: await openDirAt(dir.at(name), path), created: false };
+    } catch (error) {
+      const code = (error as NodeJS.ErrnoException).code;
+      if (code === 'ENOENT') {
+        if (!options.create || attempt > 2) throw error;
+        const made = await makeOne(dir, name, options.owner);
+        if (made) return { dir: made, created: true };
+        continue; // someone else made it meanwhile: look again
+      }
+      if (code !== 'ENOTDIR' && code !== 'ELOOP') throw error;
+    }
+    const stats = await lstat(dir.at(name)).catch((error: NodeJS.ErrnoException) => {
+      if (error.code === 'ENOENT') return undefined;
+      throw error;
+    });
+    if (!stats || stats.isDirectory()) continue; // changed meanwhile: look again
+    if (!stats.isSymbolicLink()) throw badRequest(`${path}: a component of the path is not a directory`);
+    if (!mayFollow(await dir.stats(), stats, options.owner)) throw untrustedLink(path);
+    return { link: await readlink(dir.at(name)) };
+  }
+}
+
+function untrustedLink(path: string): HttpError {
+  return badRequest(`${path}: is a symbolic link that another user can change; envd does not follow it as root`);
+}
+
+/** mkdir of one name, then opened without following and given to the owner; undefined when it was there already. */
+async function makeOne(dir: UserDir, name: string, owner: Owner | undefined): Promise<UserDir | undefined> {
+  try {
+    await mkdir(dir.at(name), 0o755);
+  } catch (error) {
+    const code = (error as NodeJS.ErrnoException).code;
+    if (code === 'EEXIST') return undefined;
+    // The directory is open, so it exists: a file system that makes nothing (/proc) says ENOENT.
+    if (code === 'ENOENT') throw new HttpError(403, `${dir.child(name)}: cannot be created: ${dir.path} takes no new entries (a pseudo-file system)`);
+    throw error;
+  }
+  const fd = await openFd(dir.at(name), O_RDONLY | O_DIRECTORY | O_NOFOLLOW);
+  const made = new UserDir(fd, dir.child(name));
+  try {
+    // Only what envd itself made is given away (a user could have put their own directory there meanwhile).
+    if (owner && (await made.stats()).uid === process.geteuid?.()) await fchown(fd, owner.uid, owner.gid);
+    return made;
+  } catch (error) {
+    await made.close();
+    throw error;
+  }
+}
+
+/** The parent of `path`, opened (and made, with `create`), and the last component's name. */
+export async function openParent(path: string, options: WalkOptions = {}): Promise<Walked & { name: string }> {
+  const name = posix.basename(path);
+  if (path === '/' || name === '') throw badRequest('/: has no parent');
+  return { ...(await openDirectory(posix.dirname(path), options)), name };
+}
+
+/** lstat of one name in an open directory; undefined when nothing is there. */
+export async function lstatAt(dir: UserDir, name: string): Promise<Stats | undefined> {
+  try {
+    return await lstat(dir.at(name));
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code === 'ENOENT') return undefined;
+    throw toHttp(error, dir.child(name));
+  }
+}
+
+/**
+ * A new file `name` in `dir`: O_CREAT|O_EXCL|O_NOFOLLOW (never reuses or
+ * follows what is there), then given exactly `mode` and the owner through
+ * the fd. The caller owns the handle.
+ */
+export async function createExclusive(dir: UserDir, name: string, mode: number, owner: Owner | undefined): Promise<FileHandle> {
+  const handle = await open(dir.at(name), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_NONBLOCK, mode & 0o777);
+  try {
+    // open()'s mode went through the umask; say exactly what we mean.
+    await handle.chmod(mode);
+    if (owner) await handle.chown(owner.uid, owner.gid);
+    return handle;
+  } catch (error) {
+    await handle.close();
+    await unlink(dir.at(name)).catch(() => {});
+    throw error;
+  }
+}
+
+/**
+ * A path that opens `handle`'s own file (not a name: it cannot be swapped):
+ * for a second, independent reader of a file being written. Valid while the handle is open.
+ */
+export function reopenPath(handle: FileHandle): string {
+  return `/proc/self/fd/${handle.fd}`;
+}
+
+/** rename(2) of one name in one directory to one name in another (or the same); neither is followed. */
+export async function renameAt(from: UserDir, fromName: string, to: UserDir, toName: string): Promise<void> {
+  await rename(from.at(fromName), to.at(toName));
+}
+
+/**
+ * `rm -r` of `name` in `dir`, never following anything: each directory is
+ * opened O_NOFOLLOW and its entries removed relative to that fd, so swapping
+ * a directory for a symlink meanwhile steers nothing (the swapped-in link is
+ * what gets removed). False when nothing was there.
+ */
+export async function removeTreeAt(dir: UserDir, name: string): Promise<boolean> {
+  const stats = await lstatAt(dir, name);
+  if (!stats) return false;
+  try {
+    if (stats.isDirectory()) await removeDirectoryAt(dir, name);
+    else await unlink(dir.at(name));
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code === 'ENOENT') return true;
+    // A directory swapped in where a file was (EISDIR/EPERM from unlink): remove that instead.
+    if ((error as NodeJS.ErrnoException).code === 'EISDIR') return removeTreeAt(dir, name);
+    throw toHttp(error, dir.child(name));
+  }
+  return true;
+}
+
+async function removeDirectoryAt(parent: UserDir, name: string): Promise<void> {
+  let inner: UserDir;
+  try {
+    inner = new UserDir(await openFd(parent.at(name), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_NONBLOCK), parent.child(name));
+  } catch (error) {
+    // Swapped for a symlink or a file since the lstat: remove that name, follow nothing.
+    const code = (error as NodeJS.ErrnoException).code;
+    if (code === 'ELOOP' || code === 'ENOTDIR') return void (await unlink(parent.at(name)));
+    throw error;
+  }
+  try {
+    // Again until empty: a user may add entries while it is being removed.
+    for (let round = 0; round < 3; round++) {
+      const names = await readdir(inner.self);
+      if (names.length === 0) break;
+      for (let i = 0; i < names.length; i += REMOVE_CONCURRENCY) {
+        await Promise.all(names.slice(i, i + REMOVE_CONCURRENCY).map((entry) => removeTreeAt(inner, entry)));
+      }
+    }
+  } finally {
+    await inner.close();
+  }
+  await rmdir(parent.at(name));
+}
+
+/** `rm -r` of a path (its parents resolved by the walk); false when nothing was there. */
+export async function removeTree(path: string, owner?: Owner): Promise<boolean> {
+  let parent: Walked & { name: string };
+  try {
+    parent = await openParent(path, { owner });
+  } catch (error) {
+    if (error instanceof HttpError && error.status === 404) return false;
+    throw error;
+  }
+  try {
+    return await removeTreeAt(parent.dir, parent.name);
+  } finally {
+    await parent.dir.close();
+  }
+}
+
+/** What a read refuses: only a regular file's bytes end (a FIFO waits for a writer, a device may never end). */
+export function notRegular(path: string, stats: Stats): HttpError | undefined {
+  if (stats.isFile()) return undefined;
+  if (stats.isDirectory()) return badRequest(`${path}: is a directory`);
+  const kind = stats.isFIFO() ? 'a FIFO' : stats.isSocket() ? 'a socket' : stats.isCharacterDevice() ? 'a character device' : stats.isBlockDevice() ? 'a block device' : 'not a regular file';
+  return badRequest(`${path}: is ${kind}, not a regular file that can be read`);
+}
+
+/**
+ * Opens a regular file for reading: resolved by the walk, its last component
+ * opened O_PATH|O_NOFOLLOW (a symlink is followed only where the walk would),
+ * checked with fstat (a directory, FIFO, socket or device is a 400), then
+ * reopened through its own fd with O_RDONLY|O_NONBLOCK: the inode that was
+ * checked is the one read, and nothing here can wait for another process.
+ * The caller owns the handle.
+ */
+export async function openRegular(path: string, owner?: Owner): Promise<{ handle: FileHandle; stats: Stats }> {
+  let current = path;
+  for (let links = 0; ; links++) {
+    if (current === '/') throw badRequest('/: is a directory');
+    const { dir, name } = await openParent(current, { owner });
+    let fd: number;
+    let stats: Stats;
+    try {
+      fd = await openFd(dir.at(name), O_PATH | O_NOFOLLOW).catch((error: unknown) => {
+        throw toHttp(error, current);
+      });
+      try {
+        stats = await fstat(fd);
+      } catch (error) {
+        closeSync(fd);
+        throw error;
+      }
+      if (stats.isSymbolicLink()) {
+        closeSync(fd);
+        if (!mayFollow(await dir.stats(), stats, owner)) throw untrustedLink(current);
+        if (links >= MAX_LINKS) throw badRequest(`${path}: too many levels of symbolic links`);
+        current = posix.resolve(dir.path, await readlink(dir.at(name)));
+        continue;
+      }
+    } finally {
+      await dir.close();
+    }
+    try {
+      const refused = notRegular(current, stats);
+      if (refused) throw refused;
+      const handle = await open(`/proc/self/fd/${fd}`, O_RDONLY | O_NONBLOCK).catch((error: unknown) => {
+        throw toHttp(error, current);
+      });
+      return { handle, stats };
+    } finally {
+      closeSync(fd);
+    }
+  }
+}
+
+/** Errors of this module as HTTP errors: errno mapped, a missing component named. */
+function toHttp(error: unknown, path: string): unknown {
+  if (error instanceof HttpError) return error;
+  const code = (error as NodeJS.ErrnoException).code;
+  if (code === 'ENOTDIR') return badRequest(`${path}: a component of the path is not a directory`);
+  return errnoToHttpError(error, path);
+}
