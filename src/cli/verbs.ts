@@ -1,39 +1,10 @@
-import { createReadStream, createWriteStream } from 'node:fs';
-import { stat } from 'node:fs/promises';
-import { basename, join, posix, resolve } from 'node:path';
 import { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
-import { parseArgs } from 'node:util';
-import { EnvdClient, type SignalName } from '../client/index.js';
-import { extractArchive, hashedHere } from '../files/archive-extract.js';
-import { TarBody } from '../files/tar/body.js';
-import { Progress } from './progress.js';
+import type { SignalName } from '../client/index.js';
+import { type Common, help, HELP, parse, pidOf, quote, UsageError, type Verb } from './args.js';
+import { cp } from './cp.js';
 
-/** Where a --json run's progress goes: nowhere (a stream that is no terminal). */
-const NO_TTY = { isTTY: false } as NodeJS.WriteStream;
-
-/** A mistake in the arguments: one line, exit 2. */
-export class UsageError extends Error {}
-
-interface Common {
-  client: EnvdClient;
-  json: boolean;
-  out: (text: string) => void;
-}
-
-type Verb = (argv: string[], common: Common) => Promise<number>;
-
-const HELP: Record<string, string> = {
-  exec: 'envd exec [-i] [-t] [--user U] [--cwd DIR] [-e K=V]... -- CMD [ARG...]   run CMD, print its output, exit with its status',
-  ps: 'envd ps [--all]                        list tracked commands (--all: finished ones too)',
-  attach: 'envd attach PID                        replay and follow a command\'s output, exit with its status',
-  logs: 'envd logs [-f] PID                     a command\'s kept stdout and stderr (-f: follow until it ends)',
-  kill: 'envd kill [-s SIG] PID                 signal a command\'s group (no -s: kill the tree and forget it)',
-  cat: 'envd cat PATH                          print a remote file',
-  ls: 'envd ls [-d DEPTH] PATH                list a remote directory',
-  cp: 'envd cp SRC DST                        copy a file or directory; a remote path is written :/path',
-  watch: 'envd watch [-r] PATH                   print changes under a remote directory until interrupted',
-};
+export { UsageError };
 
 export const VERBS = [...Object.keys(HELP), 'shell', 'completion'];
 
@@ -47,25 +18,6 @@ ${Object.values(HELP).map((line) => `  ${line}`).join('\n')}
 
 envd VERB --help says more. Without a verb, envd starts the daemon (envd --help).
 `;
-
-type Values = Record<string, string | boolean | string[] | undefined>;
-
-function parse(verb: string, argv: string[], options: Record<string, { type: 'string' | 'boolean'; short?: string; multiple?: boolean }>): { values: Values; positionals: string[] } {
-  try {
-    return parseArgs({ args: argv, options: { ...options, help: { type: 'boolean', short: 'h' } }, allowPositionals: true, strict: true });
-  } catch (error) {
-    throw new UsageError(`${verb}: ${(error as Error).message}`);
-  }
-}
-
-function pidOf(verb: string, value: string | undefined): number {
-  if (!value || !/^[1-9][0-9]{0,6}$/.test(value)) throw new UsageError(`${verb}: give a pid (a positive integer), got ${JSON.stringify(value ?? '')}`);
-  return Number(value);
-}
-
-function quote(arg: string): string {
-  return /^[\w@%+=:,./-]+$/.test(arg) ? arg : `'${arg.replaceAll("'", `'\\''`)}'`;
-}
 
 /** Follows a command's events to stdout/stderr and answers its exit status. */
 async function print(events: AsyncIterable<import('../client/index.js').CommandEvent>, common: Common): Promise<number> {
@@ -201,90 +153,6 @@ const ls: Verb = async (argv, common) => {
   return 0;
 };
 
-/** Remote paths are written `:/path` (as scp's `host:/path` with no host). */
-const remote = (path: string) => (path.startsWith(':') ? path.slice(1) : undefined);
-
-const cp: Verb = async (argv, common) => {
-  const { values, positionals } = parse('cp', argv, {});
-  if (values.help || positionals.length !== 2) return help('cp', common, !values.help);
-  const [src, dst] = positionals as [string, string];
-  const from = remote(src);
-  const to = remote(dst);
-  if ((from === undefined) === (to === undefined)) throw new UsageError('cp: exactly one of SRC and DST is remote (:/path)');
-  const progressTo = common.json ? NO_TTY : process.stderr;
-  let files: number;
-  if (from !== undefined) {
-    const info = await common.client.files.info(from);
-    const local = await stat(dst).catch(() => undefined);
-    // Into an existing directory under the source's name, as cp does; otherwise as the name given.
-    const target = local?.isDirectory() ? join(dst, posix.basename(from)) : dst;
-    files = info.type === 'dir' ? await pullTree(common, from, target, progressTo) : await pullFile(common, from, target, progressTo);
-  } else {
-    const local = await stat(src).catch(() => undefined);
-    if (!local) throw new Error(`cp: ${src}: no such file or directory`);
-    const exists = await common.client.files.info(to!).catch(() => undefined);
-    const target = exists?.type === 'dir' ? posix.join(to!, basename(src)) : to!;
-    files = local.isDirectory() ? await pushTree(common, src, target, progressTo) : await pushFile(common, src, target, local.size, progressTo);
-  }
-  if (common.json) common.out(`${JSON.stringify({ files })}\n`);
-  return 0;
-};
-
-/** One file down, streamed to disk and counted for the progress line. */
-async function pullFile(common: Common, from: string, target: string, progressTo: NodeJS.WriteStream): Promise<number> {
-  const response = await common.client.files.download(from);
-  const progress = new Progress(from, Number(response.headers.get('content-length') ?? NaN) || undefined, progressTo);
-  try {
-    await pipeline(Readable.fromWeb(response.body as never), progress.counter(), createWriteStream(target));
-  } finally {
-    progress.end();
-  }
-  return 1;
-}
-
-/**
- * A whole tree down in one request (GET /files/archive), extracted with
- * envd's own all-or-nothing extraction: a hostile or broken archive from a
- * sandbox cannot write outside `target` or leave half a tree; an existing
- * target is merged into.
- */
-async function pullTree(common: Common, from: string, target: string, progressTo: NodeJS.WriteStream): Promise<number> {
-  const response = await common.client.files.downloadArchive(from);
-  const progress = new Progress(from, undefined, progressTo);
-  try {
-    const exists = (await stat(target).catch(() => undefined)) !== undefined;
-    const body = Readable.fromWeb(response.body as never).pipe(progress.counter());
-    return (await extractArchive(hashedHere(body), resolve(target), exists ? 'merge' : 'create', undefined)).files;
-  } finally {
-    progress.end();
-  }
-}
-
-/** One file up, streamed from disk: a large file never sits whole in memory. */
-async function pushFile(common: Common, path: string, target: string, size: number, progressTo: NodeJS.WriteStream): Promise<number> {
-  const progress = new Progress(path, size, progressTo);
-  try {
-    const body = Readable.toWeb(createReadStream(path, { highWaterMark: 1024 * 1024 }).pipe(progress.counter())) as unknown as ReadableStream<Uint8Array>;
-    await common.client.files.upload(target, body);
-  } finally {
-    progress.end();
-  }
-  return 1;
-}
-
-/** A whole tree up in one request: written as tar while it is sent, extracted by envd all or nothing (merged into an existing target). */
-async function pushTree(common: Common, path: string, target: string, progressTo: NodeJS.WriteStream): Promise<number> {
-  const progress = new Progress(path, undefined, progressTo);
-  try {
-    const exists = await common.client.files.exists(target);
-    const tar = new TarBody(path).pipe(progress.counter());
-    const body = Readable.toWeb(tar) as unknown as ReadableStream<Uint8Array>;
-    return (await common.client.files.uploadArchive(target, body, { mode: exists ? 'merge' : 'create' })).files;
-  } finally {
-    progress.end();
-  }
-}
-
 const watch: Verb = async (argv, common) => {
   const { values, positionals } = parse('watch', argv, { recursive: { type: 'boolean', short: 'r' } });
   if (values.help || !positionals[0]) return help('watch', common, !values.help);
@@ -294,11 +162,5 @@ const watch: Verb = async (argv, common) => {
   }
   return 0;
 };
-
-function help(verb: string, common: Common, wrong = false): number {
-  if (wrong) throw new UsageError(`usage: ${HELP[verb]!.split('  ')[0]}`);
-  common.out(`Usage: ${HELP[verb]}\n\nCommon: --url URL (ENVD_URL, default http://127.0.0.1:49983), --token T (ENVD_TOKEN), --json\n`);
-  return 0;
-}
 
 export const verbs: Record<string, Verb> = { exec, ps, attach, logs, kill, cat, ls, cp, watch };
