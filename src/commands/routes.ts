@@ -101,7 +101,7 @@ export const commandRoutes: FastifyPluginAsyncTypebox<CommandRoutesOptions> = as
       // The stream owns the command: forgotten once it has ended and the stream is over (sent out, or cut by the client).
       const streamOver = new Promise((resolve) => reply.raw.once('close', resolve));
       void Promise.all([proc.finished, streamOver]).then(() => processes.collect(proc));
-      await streamProcess(request, reply, proc, { killOnDisconnect: true, lendSocket: config.directOutput });
+      await streamProcess(request, reply, proc, { killOnDisconnect: true, lendSocket: config.directOutput, bytes: request.body.encoding === 'base64' });
     },
   );
 
@@ -167,7 +167,7 @@ export const commandRoutes: FastifyPluginAsyncTypebox<CommandRoutesOptions> = as
       const proc = tracked(request.params.pid);
       const from = await resumeCursor(proc, request.query.from, request.headers['last-event-id']);
       // An attacher only watches: its leaving never kills the command.
-      await streamProcess(request, reply, proc, { killOnDisconnect: false, lendSocket: config.directOutput, from });
+      await streamProcess(request, reply, proc, { killOnDisconnect: false, lendSocket: config.directOutput, from, bytes: request.query.encoding === 'base64' });
     },
   );
 

@@ -50,7 +50,12 @@ export const StartBody = Type.Object(
 );
 export type StartBody = Static<typeof StartBody>;
 
-export const StreamBody = Type.Object(commandFields, { additionalProperties: false });
+/** How output events carry the output: text (UTF-8, invalid bytes replaced) or each chunk's raw bytes in base64. */
+export const OutputEncoding = Type.Unsafe<'utf8' | 'base64'>(
+  Type.String({ enum: ['utf8', 'base64'], default: 'utf8', description: 'utf8: output events carry text (invalid UTF-8 replaced by U+FFFD); base64: each chunk\'s raw bytes, base64-encoded (byte-exact)' }),
+);
+
+export const StreamBody = Type.Object({ ...commandFields, encoding: Type.Optional(OutputEncoding) }, { additionalProperties: false });
 export type StreamBody = Static<typeof StreamBody>;
 
 export const CommandResult = Type.Object({
@@ -111,7 +116,10 @@ export const ListQuery = Type.Object(
 );
 
 export const AttachQuery = Type.Object(
-  { from: Type.Optional(Type.String({ description: 'Resume after this event id (<stdout bytes>-<stderr bytes>); the Last-Event-ID header does the same' })) },
+  {
+    from: Type.Optional(Type.String({ description: 'Resume after this event id (<stdout bytes>-<stderr bytes>); the Last-Event-ID header does the same' })),
+    encoding: Type.Optional(OutputEncoding),
+  },
   { additionalProperties: false },
 );
 
