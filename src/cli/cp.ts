@@ -20,6 +20,27 @@ function checkSame(what: string, sent: string, received: string): void {
   if (sent !== received) throw new Error(`${what}: the bytes sent (sha256 ${sent.slice(0, 12)}…) are not those received (sha256 ${received.slice(0, 12)}…): copy again; if it repeats, report it`);
 }
 
+const LOCAL_ERRNOS: Record<string, string> = {
+  EACCES: 'permission denied: copy into a directory you can write',
+  EPERM: 'permission denied: copy into a directory you can write',
+  EROFS: 'a read-only file system: copy somewhere writable',
+  ENOSPC: 'no space left on this disk: free some, or copy elsewhere',
+  ENOENT: 'no such directory here: create it first, or give an existing one',
+  ENOTDIR: 'a part of the path is a file, not a directory',
+  EEXIST: 'something is in the way there',
+};
+
+/** A local file system error while writing `target`: one line naming the path given and what to do, not Node's text with temporary names. */
+async function writingLocally<T>(target: string, work: () => Promise<T>): Promise<T> {
+  try {
+    return await work();
+  } catch (error) {
+    const code = (error as NodeJS.ErrnoException).code;
+    if (typeof (error as NodeJS.ErrnoException).syscall === 'string' && code && LOCAL_ERRNOS[code]) throw new Error(`cannot write ${target}: ${LOCAL_ERRNOS[code]} (${code})`);
+    throw error;
+  }
+}
+
 export const cp: Verb = async (argv, common) => {
   const { values, positionals } = parse('cp', argv, {});
   if (values.help || positionals.length !== 2) return help('cp', common, !values.help);
@@ -34,7 +55,7 @@ export const cp: Verb = async (argv, common) => {
     const local = await stat(dst).catch(() => undefined);
     // Into an existing directory under the source's name, as cp does; otherwise as the name given.
     const target = local?.isDirectory() ? join(dst, posix.basename(from)) : dst;
-    files = info.type === 'dir' ? await pullTree(common, from, target, progressTo) : await pullFile(common, from, target, progressTo);
+    files = await writingLocally(target, () => (info.type === 'dir' ? pullTree(common, from, target, progressTo) : pullFile(common, from, target, progressTo)));
   } else {
     const local = await stat(src).catch(() => undefined);
     if (!local) throw new Error(`${src}: no such file or directory here (a remote source is written :${src})`);

@@ -1,8 +1,10 @@
 import { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
-import type { SignalName } from '../client/index.js';
+import { EnvdError, type CommandEvent, type SignalName } from '../client/index.js';
+import { SIGNALS } from '../commands/schemas.js';
 import { type Common, help, HELP, parse, pidOf, quote, UsageError, type Verb } from './args.js';
 import { cp } from './cp.js';
+import { bytesWanted, follow, type Followed } from './output.js';
 
 export { UsageError };
 
@@ -16,25 +18,44 @@ ${Object.values(HELP).map((line) => `  ${line}`).join('\n')}
   envd shell [-- CMD...]                 an interactive terminal (envd shell --help)
   envd completion bash|zsh               a completion script for the shell
 
-envd VERB --help says more. Without a verb, envd starts the daemon (envd --help).
+envd VERB --help says more. Without a verb, envd starts the daemon (its options below).
 `;
 
-/** Follows a command's events to stdout/stderr and answers its exit status. */
-async function print(events: AsyncIterable<import('../client/index.js').CommandEvent>, common: Common): Promise<number> {
-  for await (const event of events) {
-    if (common.json) common.out(`${JSON.stringify(event)}\n`);
-    else if (event.event === 'stdout') process.stdout.write(event.data.data);
-    else if (event.event === 'stderr') process.stderr.write(event.data.data);
-    else if (event.event === 'truncated') process.stderr.write(`envd: ${event.data.bytes} bytes of ${event.data.stream} were not kept\n`);
-    if (event.event === 'exit') return event.data.exit_code;
+/** The signals `kill -s` takes: the API's, without SIG. */
+const SIGNAL_NAMES = SIGNALS.map((name) => name.slice(3));
+
+/**
+ * Follows `events` until the command's exit; interrupted (Ctrl-C, SIGTERM),
+ * says on stderr how to pick up where it stood, and exits 130/143.
+ */
+async function followResumable(verb: 'attach' | 'logs', pid: number, events: AsyncIterable<CommandEvent>, common: Common, bytes: boolean): Promise<Followed> {
+  const seen: Followed = { status: undefined, last: undefined };
+  const interrupted = (signal: NodeJS.Signals) => {
+    const from = seen.last ? `--from ${seen.last} ` : '';
+    process.stderr.write(`\nenvd ${verb}: interrupted; resume with: envd ${verb}${verb === 'logs' ? ' -f' : ''} ${from}${pid}\n`);
+    process.exit(signal === 'SIGINT' ? 130 : 143);
+  };
+  process.once('SIGINT', interrupted);
+  process.once('SIGTERM', interrupted);
+  try {
+    return await follow(events, common, bytes, seen);
+  } finally {
+    process.off('SIGINT', interrupted);
+    process.off('SIGTERM', interrupted);
   }
-  return 1;
+}
+
+/** The exit status a followed command ended with; a stream that ended without one is said why, on stderr. */
+function statusOf(verb: string, pid: number, followed: Followed): number {
+  if (followed.status !== undefined) return followed.status;
+  throw new Error(`pid ${pid}: its stream ended without its exit status (envd restarted, or the command was forgotten): envd ${verb} ${pid} again, or envd ps --all`);
 }
 
 const exec: Verb = async (argv, common) => {
   const { values, positionals } = parse('exec', argv, {
     interactive: { type: 'boolean', short: 'i' },
     tty: { type: 'boolean', short: 't' },
+    detach: { type: 'boolean', short: 'd' },
     user: { type: 'string', short: 'u' },
     cwd: { type: 'string', short: 'w' },
     env: { type: 'string', short: 'e', multiple: true },
@@ -42,6 +63,7 @@ const exec: Verb = async (argv, common) => {
   });
   if (values.help) return help('exec', common);
   if (positionals.length === 0) throw new UsageError('exec: give a command after --');
+  if (values.detach && (values.interactive || values.tty)) throw new UsageError('exec: -d runs in the background, without -i or -t (envd attach PID follows it)');
   const envs: Record<string, string> = {};
   for (const pair of (values.env as string[] | undefined) ?? []) {
     const eq = pair.indexOf('=');
@@ -59,29 +81,35 @@ const exec: Verb = async (argv, common) => {
     const { runShell } = await import('../shell/client.js');
     return runShell({ url: common.client.baseUrl, token: common.client.token, user: fields.user, cwd: fields.cwd, cmd: fields.cmd });
   }
+  if (values.detach) {
+    const { pid } = await common.client.commands.start(fields);
+    common.out(common.json ? `${JSON.stringify({ pid })}\n` : `${pid}\n`);
+    return 0;
+  }
+  const bytes = bytesWanted();
   if (!values.interactive) {
     if (common.json) {
       const result = await common.client.commands.run(fields);
       common.out(`${JSON.stringify(result)}\n`);
       return result.exit_code;
     }
-    return print(common.client.commands.stream(fields), common);
+    return statusOf('attach', 0, await follow(common.client.commands.stream({ ...fields, ...(bytes ? { encoding: 'base64' } : {}) }), common, bytes));
   }
-  // -i: start in the background with a stdin pipe, pump local stdin into it, follow the output.
+  // -i: start in the background with a stdin pipe, pump local stdin into it (bytes as read), follow the output.
   const { pid } = await common.client.commands.start({ ...fields, stdin: true });
   const pump = (async () => {
     try {
-      for await (const chunk of process.stdin) await common.client.commands.sendStdin(pid, (chunk as Buffer).toString('utf8'));
+      for await (const chunk of process.stdin) await common.client.commands.sendStdin(pid, chunk as Buffer);
       await common.client.commands.closeStdin(pid);
     } catch {
       // The command ended before its input did: its exit says the rest.
     }
   })();
-  const status = await print(common.client.commands.attach(pid, { reconnect: 3 }), common);
+  const followed = await follow(common.client.commands.attach(pid, { reconnect: 3, ...(bytes ? { encoding: 'base64' } : {}) }), common, bytes);
   process.stdin.destroy();
   void pump;
   await common.client.commands.wait(pid).catch(() => undefined);
-  return status;
+  return statusOf('attach', pid, followed);
 };
 
 const ps: Verb = async (argv, common) => {
@@ -99,16 +127,21 @@ const ps: Verb = async (argv, common) => {
 const attach: Verb = async (argv, common) => {
   const { values, positionals } = parse('attach', argv, { from: { type: 'string' } });
   if (values.help) return help('attach', common);
-  return print(common.client.commands.attach(pidOf('attach', positionals[0]), { reconnect: 3, ...(values.from ? { from: values.from as string } : {}) }), common);
+  const pid = pidOf('attach', positionals[0]);
+  const bytes = bytesWanted();
+  const events = common.client.commands.attach(pid, { reconnect: 3, ...(values.from ? { from: values.from as string } : {}), ...(bytes ? { encoding: 'base64' } : {}) });
+  return statusOf('attach', pid, await followResumable('attach', pid, events, common, bytes));
 };
 
 const logs: Verb = async (argv, common) => {
-  const { values, positionals } = parse('logs', argv, { follow: { type: 'boolean', short: 'f' } });
+  const { values, positionals } = parse('logs', argv, { follow: { type: 'boolean', short: 'f' }, from: { type: 'string' } });
   if (values.help) return help('logs', common);
   const pid = pidOf('logs', positionals[0]);
-  if (values.follow) {
-    await print(common.client.commands.attach(pid, { reconnect: 3 }), common);
-    return 0;
+  if (values.follow || values.from) {
+    // Followed as bytes: what `logs` prints without -f is the kept bytes too.
+    const events = common.client.commands.attach(pid, { reconnect: 3, encoding: 'base64', ...(values.from ? { from: values.from as string } : {}) });
+    const followed = await followResumable('logs', pid, events, common, true);
+    return values.follow ? statusOf('logs -f', pid, followed) : 0;
   }
   const stdout = await common.client.commands.output(pid, { stream: 'stdout' });
   const stderr = await common.client.commands.output(pid, { stream: 'stderr' });
@@ -125,14 +158,15 @@ const kill: Verb = async (argv, common) => {
   if (values.help) return help('kill', common);
   const pid = pidOf('kill', positionals[0]);
   if (values.signal) {
-    const name = (values.signal as string).toUpperCase();
-    await common.client.commands.signal(pid, (name.startsWith('SIG') ? name : `SIG${name}`) as SignalName);
+    const name = (values.signal as string).toUpperCase().replace(/^SIG/, '');
+    if (!SIGNAL_NAMES.includes(name)) throw new UsageError(`kill: unknown signal ${JSON.stringify(values.signal)}; give one of ${SIGNAL_NAMES.join(' ')}`);
+    await common.client.commands.signal(pid, `SIG${name}` as SignalName);
     if (common.json) common.out('{}\n');
     return 0;
   }
   const killed = await common.client.commands.kill(pid);
   if (common.json) common.out(`${JSON.stringify({ killed })}\n`);
-  if (!killed) throw new Error(`no command with pid ${pid}`);
+  if (!killed) throw new EnvdError(404, `no command with pid ${pid} (envd ps lists them)`);
   return 0;
 };
 

@@ -19,7 +19,10 @@ import { parseSse } from './sse.js';
 
 export type { CommandResult, ExitInfo, ProcessInfo, SignalName, StartBody, StreamBody };
 
-/** An event of a command stream, typed by its name. `id` is the resume position `<stdout>-<stderr>`. */
+/**
+ * An event of a command stream, typed by its name. `id` is the resume position `<stdout>-<stderr>`.
+ * An output event's `data` is text, or with `encoding: 'base64'` the chunk's raw bytes base64-encoded.
+ */
 export type CommandEvent =
   | { event: 'start'; data: { pid: number } }
   | { event: 'stdout' | 'stderr'; id: string | undefined; data: { stream: 'stdout' | 'stderr'; data: string } }
@@ -31,6 +34,8 @@ export interface StreamOptions extends CallOptions {
   from?: Static<typeof AttachQuery>['from'];
   /** Reconnect (resuming from the last id, so nothing twice and nothing skipped) when the connection drops; at most this many times in a row. */
   reconnect?: number;
+  /** Attach: output events carry text (utf8, the default) or each chunk's raw bytes in base64 (stream(): the body's `encoding`). */
+  encoding?: 'utf8' | 'base64';
 }
 
 type Foreground = Omit<StartBody, 'background'> & { background?: false };
@@ -56,12 +61,12 @@ export class Commands {
    */
   async *stream(body: StreamBody, options: StreamOptions = {}): AsyncGenerator<CommandEvent> {
     const response = await this.http.send('POST', '/commands/stream', { json: body, signal: options.signal });
-    yield* this.follow(response, undefined, options);
+    yield* this.follow(response, undefined, { ...options, ...(body.encoding ? { encoding: body.encoding } : {}) });
   }
 
   /** GET /commands/{pid}/stream: replay what is kept (or from `from`), then follow live. */
   async *attach(pid: number, options: StreamOptions = {}): AsyncGenerator<CommandEvent> {
-    const response = await this.http.send('GET', `/commands/${pid}/stream`, { query: { from: options.from }, signal: options.signal });
+    const response = await this.http.send('GET', `/commands/${pid}/stream`, { query: { from: options.from, encoding: options.encoding }, signal: options.signal });
     yield* this.follow(response, pid, options);
   }
 
@@ -90,7 +95,7 @@ export class Commands {
       if (!options.reconnect || pid === undefined || retries >= options.reconnect) throw new EnvdError(0, 'the stream ended before the command did');
       retries += 1;
       await new Promise((resolve) => setTimeout(resolve, 100 * retries));
-      response = await this.http.send('GET', `/commands/${pid}/stream`, { query: { from: last }, signal: options.signal });
+      response = await this.http.send('GET', `/commands/${pid}/stream`, { query: { from: last, encoding: options.encoding }, signal: options.signal });
     }
   }
 
@@ -115,9 +120,10 @@ export class Commands {
     return (await this.http.json<Static<typeof ProcessList>>('GET', '/commands', { query, signal: options.signal })).processes;
   }
 
-  /** POST /commands/{pid}/stdin. */
-  async sendStdin(pid: number, data: string, options: CallOptions = {}): Promise<void> {
-    await this.http.send('POST', `/commands/${pid}/stdin`, { json: { data }, signal: options.signal });
+  /** POST /commands/{pid}/stdin: text (sent as UTF-8) or bytes, sent as they are. */
+  async sendStdin(pid: number, data: string | Uint8Array, options: CallOptions = {}): Promise<void> {
+    if (typeof data === 'string') await this.http.send('POST', `/commands/${pid}/stdin`, { json: { data }, signal: options.signal });
+    else await this.http.send('POST', `/commands/${pid}/stdin`, { body: data as BodyInit, headers: { 'content-type': 'application/octet-stream' }, signal: options.signal });
   }
 
   /** DELETE /commands/{pid}/stdin: EOF. */

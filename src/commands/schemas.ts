@@ -157,7 +157,15 @@ const SignalName = Type.Unsafe<SignalName>(Type.String({ enum: [...SIGNALS] }));
 export const SignalBody = Type.Object({ signal: SignalName }, { additionalProperties: false });
 export type SignalBody = Static<typeof SignalBody>;
 
-export const StdinBody = Type.Object({ data: Type.String() }, { additionalProperties: false });
+/** The most one POST .../stdin takes (JSON or raw): the app's JSON body limit, so both ways agree. */
+export const MAX_STDIN_BYTES = 10 * 1024 * 1024;
+export const StdinBody = Type.Object(
+  {
+    data: Type.Optional(Type.String({ description: 'Text, written as UTF-8' })),
+    data_base64: Type.Optional(Type.String({ pattern: '^[A-Za-z0-9+/]*={0,2}$', description: 'Raw bytes, base64-encoded (binary stdin)' })),
+  },
+  { additionalProperties: false, description: 'Exactly one of data and data_base64; or send the bytes as the body with content-type application/octet-stream' },
+);
 export type StdinBody = Static<typeof StdinBody>;
 
 export const ResizeBody = ptySize('The new size; the foreground job gets SIGWINCH');

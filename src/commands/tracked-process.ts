@@ -445,10 +445,10 @@ export class TrackedProcess {
   }
 
   /** Resolves once the command took the data: a command that does not read holds the caller. */
-  async writeStdin(data: string): Promise<void> {
+  async writeStdin(data: Buffer): Promise<void> {
     this.requireStdin();
     this.requireReachable();
-    this.checkAck(await (this.link?.stdin(Buffer.from(data, 'utf8')) ?? 'closed'));
+    this.checkAck(await (this.link?.stdin(data) ?? 'closed'));
   }
 
   async closeStdin(): Promise<void> {
