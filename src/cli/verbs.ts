@@ -35,8 +35,9 @@ async function followResumable(verb: 'attach' | 'logs', pid: number, events: Asy
     process.stderr.write(`\nenvd ${verb}: interrupted; resume with: envd ${verb}${verb === 'logs' ? ' -f' : ''} ${from}${pid}\n`);
     process.exit(signal === 'SIGINT' ? 130 : 143);
   };
-  process.once('SIGINT', interrupted);
-  process.once('SIGTERM', interrupted);
+  // `on`, not `once`: a second Ctrl-C while the first exits must not kill it before the hint is out.
+  process.on('SIGINT', interrupted);
+  process.on('SIGTERM', interrupted);
   try {
     return await follow(events, common, bytes, seen);
   } finally {

@@ -82,3 +82,41 @@ describe('output as raw bytes (encoding base64)', () => {
     expect(attach.status).toBe(400);
   });
 });
+
+describe('binary stdin (POST /commands/{pid}/stdin)', () => {
+  const startCat = async () => (await fixture.server.json('POST', '/commands', { cmd: 'sha256sum', background: true, stdin: true })).body.pid as number;
+  const digestOf = async (pid: number) => {
+    expect((await fixture.server.call('DELETE', `/commands/${pid}/stdin`)).status).toBe(200);
+    return ((await fixture.server.json('GET', `/commands/${pid}/wait`)).body.stdout as string).split(' ')[0];
+  };
+
+  it('takes bytes as data_base64 and as an application/octet-stream body, exactly', async () => {
+    const part = randomBytes(300_000);
+    const pid = await startCat();
+    expect((await fixture.server.json('POST', `/commands/${pid}/stdin`, { data_base64: part.toString('base64') })).status).toBe(200);
+    const raw = await fixture.server.call('POST', `/commands/${pid}/stdin`, undefined, { body: part, headers: { 'content-type': 'application/octet-stream' } });
+    expect(raw.status).toBe(200);
+    expect(await raw.json()).toEqual({});
+    // Text still works, and a character split between two writes arrives whole.
+    const e = Buffer.from('é');
+    await fixture.server.call('POST', `/commands/${pid}/stdin`, undefined, { body: e.subarray(0, 1), headers: { 'content-type': 'application/octet-stream' } });
+    await fixture.server.call('POST', `/commands/${pid}/stdin`, undefined, { body: e.subarray(1), headers: { 'content-type': 'application/octet-stream' } });
+    expect((await fixture.server.json('POST', `/commands/${pid}/stdin`, { data: 'ok' })).status).toBe(200);
+    expect(await digestOf(pid)).toBe(sha(Buffer.concat([part, part, e, Buffer.from('ok')])));
+  });
+
+  it('answers 400 for both fields, neither, or base64 that is not; 413 past the limit', async () => {
+    const pid = await startCat();
+    for (const body of [{ data: 'a', data_base64: 'YQ==' }, {}, { data_base64: 'YQ' }, { data_base64: 'not base64!' }]) {
+      const { status, body: answer } = await fixture.server.json('POST', `/commands/${pid}/stdin`, body);
+      expect(status, JSON.stringify(body)).toBe(400);
+      expect(answer.message).toMatch(/data|base64/);
+    }
+    const big = await fixture.server.call('POST', `/commands/${pid}/stdin`, undefined, { body: Buffer.alloc(10 * 1024 * 1024 + 1), headers: { 'content-type': 'application/octet-stream' } });
+    expect(big.status).toBe(413);
+    // Raw bytes where a route wants JSON: a 400, not a 500.
+    const wrong = await fixture.server.call('POST', '/commands', undefined, { body: Buffer.from('{}'), headers: { 'content-type': 'application/octet-stream' } });
+    expect(wrong.status).toBe(400);
+    expect(await digestOf(pid)).toBe(sha(Buffer.alloc(0)));
+  });
+});
