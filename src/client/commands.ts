@@ -120,10 +120,10 @@ export class Commands {
     return (await this.http.json<Static<typeof ProcessList>>('GET', '/commands', { query, signal: options.signal })).processes;
   }
 
-  /** POST /commands/{pid}/stdin: text (sent as UTF-8) or bytes, sent as they are. */
+  /** POST /commands/{pid}/stdin: text (written as UTF-8) or bytes (sent as data_base64), exactly as given. */
   async sendStdin(pid: number, data: string | Uint8Array, options: CallOptions = {}): Promise<void> {
-    if (typeof data === 'string') await this.http.send('POST', `/commands/${pid}/stdin`, { json: { data }, signal: options.signal });
-    else await this.http.send('POST', `/commands/${pid}/stdin`, { body: data as BodyInit, headers: { 'content-type': 'application/octet-stream' }, signal: options.signal });
+    const json = typeof data === 'string' ? { data } : { data_base64: Buffer.from(data.buffer, data.byteOffset, data.byteLength).toString('base64') };
+    await this.http.send('POST', `/commands/${pid}/stdin`, { json, signal: options.signal });
   }
 
   /** DELETE /commands/{pid}/stdin: EOF. */
