@@ -228,7 +228,8 @@ export const commandRoutes: FastifyPluginAsyncTypebox<CommandRoutesOptions> = as
       },
     },
     async (request) => {
-      await tracked(request.params.pid).writeStdin(stdinBytes(request.body as Static<typeof StdinBody> | Buffer));
+      const bytes = stdinBytes(request.body as Static<typeof StdinBody> | Buffer);
+      await tracked(request.params.pid).writeStdin(bytes);
       return {};
     },
   );
