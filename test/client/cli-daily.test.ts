@@ -2,24 +2,31 @@
 // pipes, complete on its own (exec -d, resume hints, statuses), errors that say what to do.
 import { spawn } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
-import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, chownSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { closestVerb } from '../../src/cli/main.js';
 import { parseShellArgs } from '../../src/shell/options.js';
+import { commandUser } from '../helpers/command-user.js';
 import { startServer, type TestServer } from '../helpers/server.js';
 
 let server: TestServer;
 let dir: string;
+let user: Awaited<ReturnType<typeof commandUser>>;
 
+// Commands run as a plain user: these tests kill commands mid-start (closed pipes, envd kill), and a root
+// login shell killed while pyenv takes its lock leaves every later root shell waiting 60 s.
 beforeAll(async () => {
-  server = await startServer();
+  user = await commandUser();
+  server = await startServer({ defaultUser: user.user.name });
   dir = mkdtempSync(join(tmpdir(), 'envd-cli-daily-'));
+  chmodSync(dir, 0o755);
 });
 afterAll(async () => {
   if (dir) rmSync(dir, { recursive: true, force: true });
   await server?.close();
+  user?.remove();
 });
 
 interface Ran {
@@ -63,6 +70,7 @@ describe('byte-exact exec (stdout not a terminal: encoding base64; stdin as byte
     const dest = join(dir, 'tar-dest');
     mkdirSync(src);
     mkdirSync(dest);
+    chownSync(dest, user.user.uid, user.user.gid);
     const bytes = randomBytes(30_000_000);
     writeFileSync(join(src, 'random.bin'), bytes);
     // é split over every possible boundary of a read: text too goes through untouched.
