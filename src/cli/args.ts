@@ -16,7 +16,7 @@ export const HELP: Record<string, string> = {
   exec: 'envd exec [-i] [-t] [-d] [--user U] [--cwd DIR] [-e K=V]... -- CMD [ARG...]   run CMD, print its output, exit with its status (-d: in the background, print its pid)',
   ps: 'envd ps [--all]                        list tracked commands (--all: finished ones too)',
   attach: "envd attach [--from ID] PID            replay and follow a command's output, exit with its status (--from: resume after the id an interrupted attach printed)",
-  logs: "envd logs [-f] [--from ID] PID         a command's kept stdout and stderr (-f: follow until it ends, exit with its status)",
+  logs: "envd logs [-f] [--from ID] PID         a command's kept stdout and stderr (-f: follow until it ends, exit with its status; --from: only what follows that id)",
   kill: "envd kill [-s SIG] PID                 signal a command's group (no -s: kill the tree and forget it)",
   cat: 'envd cat PATH                          print a remote file',
   ls: 'envd ls [-d DEPTH] PATH                list a remote directory',

@@ -138,14 +138,17 @@ const logs: Verb = async (argv, common) => {
   const { values, positionals } = parse('logs', argv, { follow: { type: 'boolean', short: 'f' }, from: { type: 'string' } });
   if (values.help) return help('logs', common);
   const pid = pidOf('logs', positionals[0]);
-  if (values.follow || values.from) {
+  const from = values.from as string | undefined;
+  if (from !== undefined && !/^\d{1,15}-\d{1,15}$/.test(from)) throw new UsageError(`logs: --from takes an id as attach and logs print it (<stdout bytes>-<stderr bytes>), got ${JSON.stringify(from)}`);
+  if (values.follow) {
     // Followed as bytes: what `logs` prints without -f is the kept bytes too.
-    const events = common.client.commands.attach(pid, { reconnect: 3, encoding: 'base64', ...(values.from ? { from: values.from as string } : {}) });
-    const followed = await followResumable('logs', pid, events, common, true);
-    return values.follow ? statusOf('logs -f', pid, followed) : 0;
+    const events = common.client.commands.attach(pid, { reconnect: 3, encoding: 'base64', ...(from ? { from } : {}) });
+    return statusOf('logs -f', pid, await followResumable('logs', pid, events, common, true));
   }
-  const stdout = await common.client.commands.output(pid, { stream: 'stdout' });
-  const stderr = await common.client.commands.output(pid, { stream: 'stderr' });
+  // --from without -f: each stream's kept bytes after that position.
+  const [outFrom, errFrom] = from ? from.split('-').map(Number) : [0, 0];
+  const stdout = await common.client.commands.output(pid, { stream: 'stdout', ...(outFrom ? { from: outFrom } : {}) });
+  const stderr = await common.client.commands.output(pid, { stream: 'stderr', ...(errFrom ? { from: errFrom } : {}) });
   if (common.json) common.out(`${JSON.stringify({ stdout: Buffer.from(stdout).toString('utf8'), stderr: Buffer.from(stderr).toString('utf8') })}\n`);
   else {
     process.stdout.write(stdout);

@@ -153,6 +153,9 @@ describe('complete on its own', () => {
     const all = Array.from({ length: 30 }, (_, i) => `line ${i + 1}\n`).join('');
     expect(first.stdout.toString() + rest.stdout.toString()).toBe(all);
     expect(rest.code).toBe(0);
+    // logs takes the same id: the kept bytes after it.
+    expect((await sh(`dist/envd logs --from ${hint![1]} ${pid}`)).stdout.toString()).toBe(rest.stdout.toString());
+    expect((await sh(`dist/envd logs --from nonsense ${pid}`)).code).toBe(2);
   });
 
   it('envd --help lists the verbs; a mistyped verb gets "did you mean"', async () => {
