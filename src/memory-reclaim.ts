@@ -100,6 +100,15 @@ function loadGc(): Gc {
   return runInNewContext('gc') as Gc;
 }
 
+/** envd's RSS, or undefined when it cannot be read now (no descriptor left to open /proc/self/stat). */
+function residentBytes(): number | undefined {
+  try {
+    return process.memoryUsage.rss();
+  } catch {
+    return undefined;
+  }
+}
+
 /**
  * Starts the ticks; they never keep envd alive. Returns a function that stops them.
  * `trimMalloc` runs after each memory-reducing collection: what V8 freed outside its heap (socket and
@@ -111,7 +120,10 @@ export function startMemoryReclaim(trimMalloc: () => void = () => {}): () => voi
   let gc: Gc | undefined;
   let loop = performance.eventLoopUtilization();
   const timer = setInterval(() => {
-    const before = process.memoryUsage.rss();
+    const before = residentBytes();
+    // Reading RSS opens /proc/self/stat: with every descriptor in use (EMFILE) it throws, and a throw here
+    // would end envd. The tick is skipped; the next one looks again.
+    if (before === undefined) return;
     const loopNow = performance.eventLoopUtilization();
     const busy = performance.eventLoopUtilization(loopNow, loop).utilization;
     loop = loopNow;
@@ -121,7 +133,7 @@ export function startMemoryReclaim(trimMalloc: () => void = () => {}): () => voi
     // 'last-resort' is V8's name for the collection it runs before giving up on an allocation: memory-reducing.
     gc({ type: 'major', execution: 'sync', flavor: kind === 'after-load' ? 'last-resort' : 'regular' });
     if (kind === 'after-load') trimMalloc();
-    policy.collected({ kind, before, after: process.memoryUsage.rss(), now: Date.now() });
+    policy.collected({ kind, before, after: residentBytes() ?? before, now: Date.now() });
   }, TICK_MS);
   timer.unref();
   return () => clearInterval(timer);
