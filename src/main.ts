@@ -17,9 +17,17 @@ async function main(): Promise<void> {
   const verb = process.argv[2];
   if (verb === 'shell') return shell(process.argv.slice(3));
   if (verb !== undefined && CLIENT_VERBS.has(verb)) {
-    const { runCli } = await import('./cli/main.js');
+    const { exitQuietlyOnClosedPipe, runCli } = await import('./cli/main.js');
+    exitQuietlyOnClosedPipe();
     process.exitCode = await runCli(verb, process.argv.slice(3));
     return;
+  }
+  // The daemon takes options only: a word is a verb, and a mistyped one is said so (not "Unexpected argument").
+  if (verb !== undefined && !verb.startsWith('-')) {
+    const { closestVerb } = await import('./cli/main.js');
+    const near = closestVerb(verb);
+    process.stderr.write(`envd: unknown verb ${JSON.stringify(verb)}${near ? `, did you mean ${near}?` : ''} (envd --help lists the verbs)\n`);
+    process.exit(2);
   }
   let action;
   try {
@@ -29,7 +37,10 @@ async function main(): Promise<void> {
     process.stderr.write(`envd: ${error.problems.join('\nenvd: ')}\nRun envd --help for the options.\n`);
     process.exit(2);
   }
-  if (action.kind === 'help') return void process.stdout.write(HELP);
+  if (action.kind === 'help') {
+    const { CLI_HELP } = await import('./cli/main.js');
+    return void process.stdout.write(`${CLI_HELP}\n${HELP}`);
+  }
   if (action.kind === 'version') return void process.stdout.write(`${VERSION}\n`);
 
   const { config } = action;

@@ -1,4 +1,5 @@
 import { EnvdClient, EnvdError } from '../client/index.js';
+import { CLOSED_PIPE_STATUS, exitQuietlyOnClosedPipe, isClosedPipe } from './output.js';
 import { CLI_HELP, UsageError, VERBS, verbs } from './verbs.js';
 
 export const DEFAULT_URL = 'http://127.0.0.1:49983';
@@ -36,6 +37,15 @@ function common(argv: string[], env: NodeJS.ProcessEnv) {
   return { rest, url, token, json };
 }
 
+/** The one line an error is on stderr: what went wrong and, where it can, what to do. */
+function explain(error: unknown): string {
+  if (error instanceof EnvdError && error.status === 401) return `bad or missing token (401: ${error.message}): give --token or ENVD_TOKEN`;
+  const message = (error as Error).message;
+  // fetch refuses the ports browsers block (the Fetch standard's "bad ports": 1, 7, 9, 21, 22, 25, ...) and says only this.
+  if (error instanceof EnvdError && error.status === 0 && message.endsWith(': bad port')) return `${message.slice(0, -': bad port'.length)}: fetch refuses that port (one browsers block): run envd on another port, e.g. 49983`;
+  return message;
+}
+
 /** Runs one verb; resolves with the exit status. Errors are one line on stderr, never a stack. */
 export async function runCli(verb: string, argv: string[], env: NodeJS.ProcessEnv = process.env): Promise<number> {
   try {
@@ -53,10 +63,29 @@ export async function runCli(verb: string, argv: string[], env: NodeJS.ProcessEn
       process.stderr.write(`envd ${error.message}\nRun envd ${verb} --help for the options.\n`);
       return 2;
     }
-    const message = error instanceof EnvdError && error.status === 401 ? `bad or missing token (401: ${error.message})` : (error as Error).message;
-    process.stderr.write(`envd ${verb}: ${message}\n`);
+    if (isClosedPipe(error)) return CLOSED_PIPE_STATUS;
+    process.stderr.write(`envd ${verb}: ${explain(error)}\n`);
     return 1;
   }
 }
 
-export { CLI_HELP, VERBS };
+/** Words other tools use for what a verb of envd does. */
+const SYNONYMS: Record<string, string> = { status: 'ps', list: 'ps', run: 'exec', start: 'exec -d', stop: 'kill', tail: 'logs -f', log: 'logs', copy: 'cp', read: 'cat', dir: 'ls', sh: 'shell' };
+
+/** The verb closest to a mistyped one (at most two edits from it or from a synonym), for "did you mean". */
+export function closestVerb(word: string): string | undefined {
+  const distance = (a: string, b: string): number => {
+    let row = Array.from({ length: b.length + 1 }, (_, i) => i);
+    for (let i = 1; i <= a.length; i++) {
+      const next = [i];
+      for (let j = 1; j <= b.length; j++) next[j] = Math.min(row[j]! + 1, next[j - 1]! + 1, row[j - 1]! + (a[i - 1] === b[j - 1] ? 0 : 1));
+      row = next;
+    }
+    return row[b.length]!;
+  };
+  const words = [...VERBS.map((verb) => [verb, verb]), ...Object.entries(SYNONYMS)] as [string, string][];
+  const [best] = words.map(([near, verb]) => ({ verb, d: distance(word.toLowerCase(), near) })).sort((x, y) => x.d - y.d);
+  return best && best.d <= 2 ? best.verb : undefined;
+}
+
+export { CLI_HELP, exitQuietlyOnClosedPipe, VERBS };

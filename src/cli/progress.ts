@@ -1,3 +1,4 @@
+import type { Hash } from 'node:crypto';
 import { Transform } from 'node:stream';
 
 /** A transfer shows its progress only once it has run this long: quick copies print nothing extra. */
@@ -23,11 +24,12 @@ export class Progress {
     if (stream.isTTY) this.timer = setInterval(() => this.draw(), REDRAW_MS).unref();
   }
 
-  /** Counts the bytes that pass through it. */
-  counter(): Transform {
+  /** Counts the bytes that pass through it (and adds them to `hash`, to check against what envd says it had). */
+  counter(hash?: Hash): Transform {
     return new Transform({
       transform: (chunk: Buffer, _encoding, next) => {
         this.done += chunk.length;
+        hash?.update(chunk);
         next(null, chunk);
       },
     });

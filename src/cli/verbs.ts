@@ -1,39 +1,12 @@
-import { createReadStream, createWriteStream } from 'node:fs';
-import { stat } from 'node:fs/promises';
-import { basename, join, posix, resolve } from 'node:path';
 import { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
-import { parseArgs } from 'node:util';
-import { EnvdClient, type SignalName } from '../client/index.js';
-import { extractArchive, hashedHere } from '../files/archive-extract.js';
-import { TarBody } from '../files/tar/body.js';
-import { Progress } from './progress.js';
+import { EnvdError, type CommandEvent, type SignalName } from '../client/index.js';
+import { SIGNALS } from '../commands/schemas.js';
+import { type Common, help, HELP, parse, pidOf, quote, UsageError, type Verb } from './args.js';
+import { cp } from './cp.js';
+import { bytesWanted, follow, type Followed } from './output.js';
 
-/** Where a --json run's progress goes: nowhere (a stream that is no terminal). */
-const NO_TTY = { isTTY: false } as NodeJS.WriteStream;
-
-/** A mistake in the arguments: one line, exit 2. */
-export class UsageError extends Error {}
-
-interface Common {
-  client: EnvdClient;
-  json: boolean;
-  out: (text: string) => void;
-}
-
-type Verb = (argv: string[], common: Common) => Promise<number>;
-
-const HELP: Record<string, string> = {
-  exec: 'envd exec [-i] [-t] [--user U] [--cwd DIR] [-e K=V]... -- CMD [ARG...]   run CMD, print its output, exit with its status',
-  ps: 'envd ps [--all]                        list tracked commands (--all: finished ones too)',
-  attach: 'envd attach PID                        replay and follow a command\'s output, exit with its status',
-  logs: 'envd logs [-f] PID                     a command\'s kept stdout and stderr (-f: follow until it ends)',
-  kill: 'envd kill [-s SIG] PID                 signal a command\'s group (no -s: kill the tree and forget it)',
-  cat: 'envd cat PATH                          print a remote file',
-  ls: 'envd ls [-d DEPTH] PATH                list a remote directory',
-  cp: 'envd cp SRC DST                        copy a file or directory; a remote path is written :/path',
-  watch: 'envd watch [-r] PATH                   print changes under a remote directory until interrupted',
-};
+export { UsageError };
 
 export const VERBS = [...Object.keys(HELP), 'shell', 'completion'];
 
@@ -45,44 +18,45 @@ ${Object.values(HELP).map((line) => `  ${line}`).join('\n')}
   envd shell [-- CMD...]                 an interactive terminal (envd shell --help)
   envd completion bash|zsh               a completion script for the shell
 
-envd VERB --help says more. Without a verb, envd starts the daemon (envd --help).
+envd VERB --help says more. Without a verb, envd starts the daemon (its options below).
 `;
 
-type Values = Record<string, string | boolean | string[] | undefined>;
+/** The signals `kill -s` takes: the API's, without SIG. */
+const SIGNAL_NAMES = SIGNALS.map((name) => name.slice(3));
 
-function parse(verb: string, argv: string[], options: Record<string, { type: 'string' | 'boolean'; short?: string; multiple?: boolean }>): { values: Values; positionals: string[] } {
+/**
+ * Follows `events` until the command's exit; interrupted (Ctrl-C, SIGTERM),
+ * says on stderr how to pick up where it stood, and exits 130/143.
+ */
+async function followResumable(verb: 'attach' | 'logs', pid: number, events: AsyncIterable<CommandEvent>, common: Common, bytes: boolean): Promise<Followed> {
+  const seen: Followed = { status: undefined, last: undefined };
+  const interrupted = (signal: NodeJS.Signals) => {
+    const from = seen.last ? `--from ${seen.last} ` : '';
+    process.stderr.write(`\nenvd ${verb}: interrupted; resume with: envd ${verb}${verb === 'logs' ? ' -f' : ''} ${from}${pid}\n`);
+    process.exit(signal === 'SIGINT' ? 130 : 143);
+  };
+  // `on`, not `once`: a second Ctrl-C while the first exits must not kill it before the hint is out.
+  process.on('SIGINT', interrupted);
+  process.on('SIGTERM', interrupted);
   try {
-    return parseArgs({ args: argv, options: { ...options, help: { type: 'boolean', short: 'h' } }, allowPositionals: true, strict: true });
-  } catch (error) {
-    throw new UsageError(`${verb}: ${(error as Error).message}`);
+    return await follow(events, common, bytes, seen);
+  } finally {
+    process.off('SIGINT', interrupted);
+    process.off('SIGTERM', interrupted);
   }
 }
 
-function pidOf(verb: string, value: string | undefined): number {
-  if (!value || !/^[1-9][0-9]{0,6}$/.test(value)) throw new UsageError(`${verb}: give a pid (a positive integer), got ${JSON.stringify(value ?? '')}`);
-  return Number(value);
-}
-
-function quote(arg: string): string {
-  return /^[\w@%+=:,./-]+$/.test(arg) ? arg : `'${arg.replaceAll("'", `'\\''`)}'`;
-}
-
-/** Follows a command's events to stdout/stderr and answers its exit status. */
-async function print(events: AsyncIterable<import('../client/index.js').CommandEvent>, common: Common): Promise<number> {
-  for await (const event of events) {
-    if (common.json) common.out(`${JSON.stringify(event)}\n`);
-    else if (event.event === 'stdout') process.stdout.write(event.data.data);
-    else if (event.event === 'stderr') process.stderr.write(event.data.data);
-    else if (event.event === 'truncated') process.stderr.write(`envd: ${event.data.bytes} bytes of ${event.data.stream} were not kept\n`);
-    if (event.event === 'exit') return event.data.exit_code;
-  }
-  return 1;
+/** The exit status a followed command ended with; a stream that ended without one is said why, on stderr. */
+function statusOf(verb: string, pid: number, followed: Followed): number {
+  if (followed.status !== undefined) return followed.status;
+  throw new Error(`pid ${pid}: its stream ended without its exit status (envd restarted, or the command was forgotten): envd ${verb} ${pid} again, or envd ps --all`);
 }
 
 const exec: Verb = async (argv, common) => {
   const { values, positionals } = parse('exec', argv, {
     interactive: { type: 'boolean', short: 'i' },
     tty: { type: 'boolean', short: 't' },
+    detach: { type: 'boolean', short: 'd' },
     user: { type: 'string', short: 'u' },
     cwd: { type: 'string', short: 'w' },
     env: { type: 'string', short: 'e', multiple: true },
@@ -90,6 +64,7 @@ const exec: Verb = async (argv, common) => {
   });
   if (values.help) return help('exec', common);
   if (positionals.length === 0) throw new UsageError('exec: give a command after --');
+  if (values.detach && (values.interactive || values.tty)) throw new UsageError('exec: -d runs in the background, without -i or -t (envd attach PID follows it)');
   const envs: Record<string, string> = {};
   for (const pair of (values.env as string[] | undefined) ?? []) {
     const eq = pair.indexOf('=');
@@ -107,29 +82,35 @@ const exec: Verb = async (argv, common) => {
     const { runShell } = await import('../shell/client.js');
     return runShell({ url: common.client.baseUrl, token: common.client.token, user: fields.user, cwd: fields.cwd, cmd: fields.cmd });
   }
+  if (values.detach) {
+    const { pid } = await common.client.commands.start(fields);
+    common.out(common.json ? `${JSON.stringify({ pid })}\n` : `${pid}\n`);
+    return 0;
+  }
+  const bytes = bytesWanted();
   if (!values.interactive) {
     if (common.json) {
       const result = await common.client.commands.run(fields);
       common.out(`${JSON.stringify(result)}\n`);
       return result.exit_code;
     }
-    return print(common.client.commands.stream(fields), common);
+    return statusOf('attach', 0, await follow(common.client.commands.stream({ ...fields, ...(bytes ? { encoding: 'base64' } : {}) }), common, bytes));
   }
-  // -i: start in the background with a stdin pipe, pump local stdin into it, follow the output.
+  // -i: start in the background with a stdin pipe, pump local stdin into it (bytes as read), follow the output.
   const { pid } = await common.client.commands.start({ ...fields, stdin: true });
   const pump = (async () => {
     try {
-      for await (const chunk of process.stdin) await common.client.commands.sendStdin(pid, (chunk as Buffer).toString('utf8'));
+      for await (const chunk of process.stdin) await common.client.commands.sendStdin(pid, chunk as Buffer);
       await common.client.commands.closeStdin(pid);
     } catch {
       // The command ended before its input did: its exit says the rest.
     }
   })();
-  const status = await print(common.client.commands.attach(pid, { reconnect: 3 }), common);
+  const followed = await follow(common.client.commands.attach(pid, { reconnect: 3, ...(bytes ? { encoding: 'base64' } : {}) }), common, bytes);
   process.stdin.destroy();
   void pump;
   await common.client.commands.wait(pid).catch(() => undefined);
-  return status;
+  return statusOf('attach', pid, followed);
 };
 
 const ps: Verb = async (argv, common) => {
@@ -147,19 +128,27 @@ const ps: Verb = async (argv, common) => {
 const attach: Verb = async (argv, common) => {
   const { values, positionals } = parse('attach', argv, { from: { type: 'string' } });
   if (values.help) return help('attach', common);
-  return print(common.client.commands.attach(pidOf('attach', positionals[0]), { reconnect: 3, ...(values.from ? { from: values.from as string } : {}) }), common);
+  const pid = pidOf('attach', positionals[0]);
+  const bytes = bytesWanted();
+  const events = common.client.commands.attach(pid, { reconnect: 3, ...(values.from ? { from: values.from as string } : {}), ...(bytes ? { encoding: 'base64' } : {}) });
+  return statusOf('attach', pid, await followResumable('attach', pid, events, common, bytes));
 };
 
 const logs: Verb = async (argv, common) => {
-  const { values, positionals } = parse('logs', argv, { follow: { type: 'boolean', short: 'f' } });
+  const { values, positionals } = parse('logs', argv, { follow: { type: 'boolean', short: 'f' }, from: { type: 'string' } });
   if (values.help) return help('logs', common);
   const pid = pidOf('logs', positionals[0]);
+  const from = values.from as string | undefined;
+  if (from !== undefined && !/^\d{1,15}-\d{1,15}$/.test(from)) throw new UsageError(`logs: --from takes an id as attach and logs print it (<stdout bytes>-<stderr bytes>), got ${JSON.stringify(from)}`);
   if (values.follow) {
-    await print(common.client.commands.attach(pid, { reconnect: 3 }), common);
-    return 0;
+    // Followed as bytes: what `logs` prints without -f is the kept bytes too.
+    const events = common.client.commands.attach(pid, { reconnect: 3, encoding: 'base64', ...(from ? { from } : {}) });
+    return statusOf('logs -f', pid, await followResumable('logs', pid, events, common, true));
   }
-  const stdout = await common.client.commands.output(pid, { stream: 'stdout' });
-  const stderr = await common.client.commands.output(pid, { stream: 'stderr' });
+  // --from without -f: each stream's kept bytes after that position.
+  const [outFrom, errFrom] = from ? from.split('-').map(Number) : [0, 0];
+  const stdout = await common.client.commands.output(pid, { stream: 'stdout', ...(outFrom ? { from: outFrom } : {}) });
+  const stderr = await common.client.commands.output(pid, { stream: 'stderr', ...(errFrom ? { from: errFrom } : {}) });
   if (common.json) common.out(`${JSON.stringify({ stdout: Buffer.from(stdout).toString('utf8'), stderr: Buffer.from(stderr).toString('utf8') })}\n`);
   else {
     process.stdout.write(stdout);
@@ -173,14 +162,15 @@ const kill: Verb = async (argv, common) => {
   if (values.help) return help('kill', common);
   const pid = pidOf('kill', positionals[0]);
   if (values.signal) {
-    const name = (values.signal as string).toUpperCase();
-    await common.client.commands.signal(pid, (name.startsWith('SIG') ? name : `SIG${name}`) as SignalName);
+    const name = (values.signal as string).toUpperCase().replace(/^SIG/, '');
+    if (!SIGNAL_NAMES.includes(name)) throw new UsageError(`kill: unknown signal ${JSON.stringify(values.signal)}; give one of ${SIGNAL_NAMES.join(' ')}`);
+    await common.client.commands.signal(pid, `SIG${name}` as SignalName);
     if (common.json) common.out('{}\n');
     return 0;
   }
   const killed = await common.client.commands.kill(pid);
   if (common.json) common.out(`${JSON.stringify({ killed })}\n`);
-  if (!killed) throw new Error(`no command with pid ${pid}`);
+  if (!killed) throw new EnvdError(404, `no command with pid ${pid} (envd ps lists them)`);
   return 0;
 };
 
@@ -201,90 +191,6 @@ const ls: Verb = async (argv, common) => {
   return 0;
 };
 
-/** Remote paths are written `:/path` (as scp's `host:/path` with no host). */
-const remote = (path: string) => (path.startsWith(':') ? path.slice(1) : undefined);
-
-const cp: Verb = async (argv, common) => {
-  const { values, positionals } = parse('cp', argv, {});
-  if (values.help || positionals.length !== 2) return help('cp', common, !values.help);
-  const [src, dst] = positionals as [string, string];
-  const from = remote(src);
-  const to = remote(dst);
-  if ((from === undefined) === (to === undefined)) throw new UsageError('cp: exactly one of SRC and DST is remote (:/path)');
-  const progressTo = common.json ? NO_TTY : process.stderr;
-  let files: number;
-  if (from !== undefined) {
-    const info = await common.client.files.info(from);
-    const local = await stat(dst).catch(() => undefined);
-    // Into an existing directory under the source's name, as cp does; otherwise as the name given.
-    const target = local?.isDirectory() ? join(dst, posix.basename(from)) : dst;
-    files = info.type === 'dir' ? await pullTree(common, from, target, progressTo) : await pullFile(common, from, target, progressTo);
-  } else {
-    const local = await stat(src).catch(() => undefined);
-    if (!local) throw new Error(`cp: ${src}: no such file or directory`);
-    const exists = await common.client.files.info(to!).catch(() => undefined);
-    const target = exists?.type === 'dir' ? posix.join(to!, basename(src)) : to!;
-    files = local.isDirectory() ? await pushTree(common, src, target, progressTo) : await pushFile(common, src, target, local.size, progressTo);
-  }
-  if (common.json) common.out(`${JSON.stringify({ files })}\n`);
-  return 0;
-};
-
-/** One file down, streamed to disk and counted for the progress line. */
-async function pullFile(common: Common, from: string, target: string, progressTo: NodeJS.WriteStream): Promise<number> {
-  const response = await common.client.files.download(from);
-  const progress = new Progress(from, Number(response.headers.get('content-length') ?? NaN) || undefined, progressTo);
-  try {
-    await pipeline(Readable.fromWeb(response.body as never), progress.counter(), createWriteStream(target));
-  } finally {
-    progress.end();
-  }
-  return 1;
-}
-
-/**
- * A whole tree down in one request (GET /files/archive), extracted with
- * envd's own all-or-nothing extraction: a hostile or broken archive from a
- * sandbox cannot write outside `target` or leave half a tree; an existing
- * target is merged into.
- */
-async function pullTree(common: Common, from: string, target: string, progressTo: NodeJS.WriteStream): Promise<number> {
-  const response = await common.client.files.downloadArchive(from);
-  const progress = new Progress(from, undefined, progressTo);
-  try {
-    const exists = (await stat(target).catch(() => undefined)) !== undefined;
-    const body = Readable.fromWeb(response.body as never).pipe(progress.counter());
-    return (await extractArchive(hashedHere(body), resolve(target), exists ? 'merge' : 'create', { keepSetId: false })).files;
-  } finally {
-    progress.end();
-  }
-}
-
-/** One file up, streamed from disk: a large file never sits whole in memory. */
-async function pushFile(common: Common, path: string, target: string, size: number, progressTo: NodeJS.WriteStream): Promise<number> {
-  const progress = new Progress(path, size, progressTo);
-  try {
-    const body = Readable.toWeb(createReadStream(path, { highWaterMark: 1024 * 1024 }).pipe(progress.counter())) as unknown as ReadableStream<Uint8Array>;
-    await common.client.files.upload(target, body);
-  } finally {
-    progress.end();
-  }
-  return 1;
-}
-
-/** A whole tree up in one request: written as tar while it is sent, extracted by envd all or nothing (merged into an existing target). */
-async function pushTree(common: Common, path: string, target: string, progressTo: NodeJS.WriteStream): Promise<number> {
-  const progress = new Progress(path, undefined, progressTo);
-  try {
-    const exists = await common.client.files.exists(target);
-    const tar = new TarBody(path).pipe(progress.counter());
-    const body = Readable.toWeb(tar) as unknown as ReadableStream<Uint8Array>;
-    return (await common.client.files.uploadArchive(target, body, { mode: exists ? 'merge' : 'create' })).files;
-  } finally {
-    progress.end();
-  }
-}
-
 const watch: Verb = async (argv, common) => {
   const { values, positionals } = parse('watch', argv, { recursive: { type: 'boolean', short: 'r' } });
   if (values.help || !positionals[0]) return help('watch', common, !values.help);
@@ -294,11 +200,5 @@ const watch: Verb = async (argv, common) => {
   }
   return 0;
 };
-
-function help(verb: string, common: Common, wrong = false): number {
-  if (wrong) throw new UsageError(`usage: ${HELP[verb]!.split('  ')[0]}`);
-  common.out(`Usage: ${HELP[verb]}\n\nCommon: --url URL (ENVD_URL, default http://127.0.0.1:49983), --token T (ENVD_TOKEN), --json\n`);
-  return 0;
-}
 
 export const verbs: Record<string, Verb> = { exec, ps, attach, logs, kill, cat, ls, cp, watch };

@@ -23,6 +23,7 @@ export type { CommandResult, ExitInfo, ProcessInfo, SignalName, StartBody, Strea
 /**
  * An event of a command stream, typed by its name from the schemas the OpenAPI document's `x-events`
  * shows (CommandEvents). `id` is the resume position `<stdout>-<stderr>` on output events.
+ * An output event's `data` is text, or with `encoding: 'base64'` the chunk's raw bytes base64-encoded.
  */
 export type CommandEvent = EventOf<typeof CommandEvents>;
 
@@ -31,6 +32,8 @@ export interface StreamOptions extends CallOptions {
   from?: Static<typeof AttachQuery>['from'];
   /** Reconnect (resuming from the last id, so nothing twice and nothing skipped) when the connection drops; at most this many times in a row. */
   reconnect?: number;
+  /** Attach: output events carry text (utf8, the default) or each chunk's raw bytes in base64 (stream(): the body's `encoding`). */
+  encoding?: 'utf8' | 'base64';
 }
 
 type Foreground = Omit<StartBody, 'background'> & { background?: false };
@@ -56,12 +59,12 @@ export class Commands {
    */
   async *stream(body: StreamBody, options: StreamOptions = {}): AsyncGenerator<CommandEvent> {
     const response = await this.http.send('POST', '/commands/stream', { json: body, signal: options.signal });
-    yield* this.follow(response, undefined, options);
+    yield* this.follow(response, undefined, { ...options, ...(body.encoding ? { encoding: body.encoding } : {}) });
   }
 
   /** GET /commands/{pid}/stream: replay what is kept (or from `from`), then follow live. */
   async *attach(pid: number, options: StreamOptions = {}): AsyncGenerator<CommandEvent> {
-    const response = await this.http.send('GET', `/commands/${pid}/stream`, { query: { from: options.from }, signal: options.signal });
+    const response = await this.http.send('GET', `/commands/${pid}/stream`, { query: { from: options.from, encoding: options.encoding }, signal: options.signal });
     yield* this.follow(response, pid, options);
   }
 
@@ -90,7 +93,7 @@ export class Commands {
       if (!options.reconnect || pid === undefined || retries >= options.reconnect) throw new EnvdError(0, 'the stream ended before the command did');
       retries += 1;
       await new Promise((resolve) => setTimeout(resolve, 100 * retries));
-      response = await this.http.send('GET', `/commands/${pid}/stream`, { query: { from: last }, signal: options.signal });
+      response = await this.http.send('GET', `/commands/${pid}/stream`, { query: { from: last, encoding: options.encoding }, signal: options.signal });
     }
   }
 
@@ -115,9 +118,10 @@ export class Commands {
     return (await this.http.json<Static<typeof ProcessList>>('GET', '/commands', { query, signal: options.signal })).processes;
   }
 
-  /** POST /commands/{pid}/stdin. */
-  async sendStdin(pid: number, data: string, options: CallOptions = {}): Promise<void> {
-    await this.http.send('POST', `/commands/${pid}/stdin`, { json: { data }, signal: options.signal });
+  /** POST /commands/{pid}/stdin: text (written as UTF-8) or bytes (sent as data_base64), exactly as given. */
+  async sendStdin(pid: number, data: string | Uint8Array, options: CallOptions = {}): Promise<void> {
+    const json = typeof data === 'string' ? { data } : { data_base64: Buffer.from(data.buffer, data.byteOffset, data.byteLength).toString('base64') };
+    await this.http.send('POST', `/commands/${pid}/stdin`, { json, signal: options.signal });
   }
 
   /** DELETE /commands/{pid}/stdin: EOF. */

@@ -186,9 +186,14 @@ export class HolderLink {
     this.deliver();
   }
 
-  /** LIVE on: output as TEXT when the holder speaks it (protocol 2 on; an older one re-adopted after an upgrade sends DATA). */
-  liveOn(): void {
-    this.write(encodeLiveOn(this.version >= TEXT_SINCE_VERSION));
+  /** Whether the holder can send output as TEXT (protocol 2 on; an older one re-adopted after an upgrade sends DATA only). */
+  get speaksText(): boolean {
+    return this.version >= TEXT_SINCE_VERSION;
+  }
+
+  /** LIVE on: output as TEXT when asked and the holder speaks it, else DATA. */
+  liveOn(text = true): void {
+    this.write(encodeLiveOn(text && this.speaksText));
   }
 
   liveOff(): void {

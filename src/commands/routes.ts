@@ -1,4 +1,4 @@
-import { Type } from '@sinclair/typebox';
+import { type Static, Type } from '@sinclair/typebox';
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import type { FastifyReply } from 'fastify';
 import { Readable } from 'node:stream';
@@ -24,6 +24,7 @@ import {
   SignalBody,
   type SignalName,
   StartBody,
+  MAX_STDIN_BYTES,
   StdinBody,
   StreamBody,
 } from './schemas.js';
@@ -33,6 +34,7 @@ import { commandResult } from './result.js';
 import { resumeCursor } from './resume.js';
 import { prepareCommand } from './spawn.js';
 import { streamProcess } from './sse.js';
+import { stdinBytes, StdinBytes } from './stdin.js';
 import type { TrackedProcess } from './tracked-process.js';
 import { RESERVE_BYTES } from '../memory-budget.js';
 
@@ -51,6 +53,9 @@ const EventStream = {
 
 /** The answer `wait` gives for a pid envd does not track (the public contract's shape). */
 const NOT_FOUND_RESULT = { stdout: '', stderr: 'process not found', exit_code: 1, reason: 'exited' as const };
+
+/** How long DELETE /commands/{pid} waits for a killed command's exit to reach its followers before forgetting it regardless. */
+const KILLED_EXIT_WAIT_MS = 2_000;
 
 const timeoutMs = (seconds: number | undefined) => Math.ceil((seconds ?? 0) * 1000);
 
@@ -104,7 +109,7 @@ export const commandRoutes: FastifyPluginAsyncTypebox<CommandRoutesOptions> = as
       // leaves the command uncollected (killed, kept for --keep-finished), so that the client can resume it.
       const delivered = new Promise<boolean>((resolve) => reply.raw.once('close', () => resolve(reply.raw.writableFinished)));
       void Promise.all([proc.finished, delivered]).then(([, whole]) => whole && processes.collect(proc));
-      await streamProcess(request, reply, proc, { killOnDisconnect: true, lendSocket: config.directOutput });
+      await streamProcess(request, reply, proc, { killOnDisconnect: true, lendSocket: config.directOutput, bytes: request.body.encoding === 'base64' });
     },
   );
 
@@ -173,7 +178,7 @@ export const commandRoutes: FastifyPluginAsyncTypebox<CommandRoutesOptions> = as
       // A collection meanwhile (a wait) forgets the command only once this replay is over: its log must stay.
       reply.raw.once('close', processes.answering(proc));
       // An attacher only watches: its leaving never kills the command.
-      await streamProcess(request, reply, proc, { killOnDisconnect: false, lendSocket: config.directOutput, from });
+      await streamProcess(request, reply, proc, { killOnDisconnect: false, lendSocket: config.directOutput, from, bytes: request.query.encoding === 'base64' });
     },
   );
 
@@ -223,11 +228,22 @@ export const commandRoutes: FastifyPluginAsyncTypebox<CommandRoutesOptions> = as
     },
   );
 
+  // Raw stdin: the body's bytes as they are (the JSON form needs base64 for them).
+  app.addContentTypeParser('application/octet-stream', { parseAs: 'buffer', bodyLimit: MAX_STDIN_BYTES }, (_request, body, done) => done(null, body));
   app.post(
     '/:pid/stdin',
-    { schema: { summary: 'Write to a process\'s stdin (reserved with stdin: true)', params: PidParams, body: StdinBody, response: { 200: Empty, ...errors } } },
+    {
+      bodyLimit: MAX_STDIN_BYTES,
+      schema: {
+        summary: "Write to a process's stdin (reserved with stdin: true): JSON { data } (text) or { data_base64 }, or raw bytes as application/octet-stream",
+        params: PidParams,
+        body: { content: { 'application/json': { schema: StdinBody }, 'application/octet-stream': { schema: StdinBytes } } },
+        response: { 200: Empty, ...errors },
+      },
+    },
     async (request) => {
-      await tracked(request.params.pid).writeStdin(request.body.data);
+      const bytes = stdinBytes(request.body as Static<typeof StdinBody> | Buffer);
+      await tracked(request.params.pid).writeStdin(bytes);
       return {};
     },
   );
@@ -259,8 +275,10 @@ export const commandRoutes: FastifyPluginAsyncTypebox<CommandRoutesOptions> = as
       const pid = Number(request.params.pid);
       const proc = processes.get(pid);
       if (!proc) return { killed: false };
-      // Forgetting a running command kills its tree (and its holder); a finished one may still have leftovers in its group.
-      if (!proc.running) proc.kill();
+      // Killed first and forgotten once it has ended: whoever follows it gets its exit (reason killed), not a cut
+      // stream. A finished one may still have leftovers in its group. Forgetting kills the rest (and its holder).
+      proc.kill();
+      if (proc.running) await Promise.race([proc.finished, new Promise((resolve) => setTimeout(resolve, KILLED_EXIT_WAIT_MS).unref())]);
       await processes.forget(pid, proc);
       request.log.info({ pid }, 'killed on request');
       return { killed: true };

@@ -50,7 +50,12 @@ export const StartBody = Type.Object(
 );
 export type StartBody = Static<typeof StartBody>;
 
-export const StreamBody = Type.Object(commandFields, { additionalProperties: false, title: 'StreamCommandRequest' });
+/** How output events carry the output: text (UTF-8, invalid bytes replaced) or each chunk's raw bytes in base64. */
+export const OutputEncoding = Type.Unsafe<'utf8' | 'base64'>(
+  Type.String({ enum: ['utf8', 'base64'], default: 'utf8', description: 'utf8: output events carry text (invalid UTF-8 replaced by U+FFFD); base64: each chunk\'s raw bytes, base64-encoded (byte-exact)' }),
+);
+
+export const StreamBody = Type.Object({ ...commandFields, encoding: Type.Optional(OutputEncoding) }, { additionalProperties: false, title: 'StreamCommandRequest' });
 export type StreamBody = Static<typeof StreamBody>;
 
 export const CommandResult = Type.Object(
@@ -120,7 +125,10 @@ export const ListQuery = Type.Object(
 );
 
 export const AttachQuery = Type.Object(
-  { from: Type.Optional(Type.String({ description: 'Resume after this event id (<stdout bytes>-<stderr bytes>); the Last-Event-ID header does the same' })) },
+  {
+    from: Type.Optional(Type.String({ description: 'Resume after this event id (<stdout bytes>-<stderr bytes>); the Last-Event-ID header does the same' })),
+    encoding: Type.Optional(OutputEncoding),
+  },
   { additionalProperties: false },
 );
 
@@ -158,7 +166,15 @@ const SignalName = Type.Unsafe<SignalName>(Type.String({ enum: [...SIGNALS] }));
 export const SignalBody = Type.Object({ signal: SignalName }, { additionalProperties: false, title: 'SignalRequest' });
 export type SignalBody = Static<typeof SignalBody>;
 
-export const StdinBody = Type.Object({ data: Type.String() }, { additionalProperties: false, title: 'StdinRequest' });
+/** The most one POST .../stdin takes (JSON or raw): the app's JSON body limit, so both ways agree. */
+export const MAX_STDIN_BYTES = 10 * 1024 * 1024;
+export const StdinBody = Type.Object(
+  {
+    data: Type.Optional(Type.String({ description: 'Text, written as UTF-8' })),
+    data_base64: Type.Optional(Type.String({ pattern: '^[A-Za-z0-9+/]*={0,2}$', description: 'Raw bytes, base64-encoded (binary stdin)' })),
+  },
+  { additionalProperties: false, title: 'StdinRequest', description: 'Exactly one of data and data_base64; or send the bytes as the body with content-type application/octet-stream' },
+);
 export type StdinBody = Static<typeof StdinBody>;
 
 export const ResizeBody = ptySize('The new size; the foreground job gets SIGWINCH');
@@ -181,4 +197,5 @@ export const TruncatedEvent = Type.Object(
   { stream: StreamName, bytes: Type.Integer({ minimum: 1, description: 'How many bytes of the stream are missing here' }) },
   { title: 'TruncatedEvent', description: 'Output that was not kept (past the cap or the budgets) and is missing at this point' },
 );
-export const CommandEvents = { start: StartEvent, stdout: OutputEvent, stderr: OutputEvent, truncated: TruncatedEvent, exit: ExitInfo };
+/** `error` ends a stream that cannot go on (envd lost the command's holder, or its kept output cannot be read): attach again from the last id. */
+export const CommandEvents = { start: StartEvent, stdout: OutputEvent, stderr: OutputEvent, truncated: TruncatedEvent, exit: ExitInfo, error: ErrorSchema };

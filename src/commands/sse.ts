@@ -63,7 +63,7 @@ export async function streamProcess(
   request: FastifyRequest,
   reply: FastifyReply,
   proc: TrackedProcess,
-  { killOnDisconnect, lendSocket, from = { stdout: 0, stderr: 0 } }: { killOnDisconnect: boolean; lendSocket: boolean; from?: StreamOffsets },
+  { killOnDisconnect, lendSocket, from = { stdout: 0, stderr: 0 }, bytes = false }: { killOnDisconnect: boolean; lendSocket: boolean; from?: StreamOffsets; bytes?: boolean },
 ): Promise<void> {
   const headers = stringHeaders(reply);
   reply.hijack();
@@ -98,7 +98,8 @@ export async function streamProcess(
     return;
   }
   if (closed || res.destroyed) return onClose();
-  subscriber = new SseSubscriber(session, res, proc, request.log, lendSocket, from, proc.resumable);
+  // The holder writes TEXT on a lent socket: a bytes client's socket is never lent.
+  subscriber = new SseSubscriber(session, res, proc, request.log, lendSocket && !bytes, from, proc.resumable, bytes);
   subscriber.write('start', { pid: proc.pid });
   proc.subscribe(subscriber);
 }
@@ -135,6 +136,8 @@ class SseSubscriber implements OutputSubscriber {
     readonly from: StreamOffsets,
     /** Whether its events carry ids: the command's holder says where each stream is (protocol 4). */
     private readonly ids: boolean,
+    /** encoding base64: output events carry each chunk's raw bytes, base64-encoded, not text. */
+    readonly wantsBytes = false,
   ) {
     this.cursors = { stdout: new Utf8Cursor(from.stdout), stderr: new Utf8Cursor(from.stderr) };
     res.on('drain', () => {
@@ -160,6 +163,7 @@ class SseSubscriber implements OutputSubscriber {
   }
 
   push(stream: StreamName, bytes: Buffer): void {
+    if (this.wantsBytes) return this.writeBytes(stream, bytes);
     const text = this.cursors[stream].write(bytes);
     if (text !== '') this.writeOutput(stream, text);
   }
@@ -194,6 +198,12 @@ class SseSubscriber implements OutputSubscriber {
   }
 
   pushText(stream: StreamName, json: Buffer, offset?: number): void {
+    if (this.wantsBytes) {
+      // Cannot happen by design (a bytes subscriber makes the process ask for DATA); a cut stream beats a wrong one.
+      this.log.error({ pid: this.proc.pid }, 'a base64 stream got the holder\'s text: ending the stream');
+      this.res.destroy();
+      return;
+    }
     this.handDecodingToHolder(stream);
     if (offset !== undefined) this.cursors[stream].offset = offset;
     if (json.length === 0) return;
@@ -252,6 +262,14 @@ class SseSubscriber implements OutputSubscriber {
   /** The SSE id of the position after everything sent so far: `<stdout bytes>-<stderr bytes>`. */
   private id(): string {
     return `${this.cursors.stdout.offset}-${this.cursors.stderr.offset}`;
+  }
+
+  /** One chunk as it came, base64-encoded: nothing decoded, nothing carried to the next chunk. */
+  private writeBytes(stream: StreamName, bytes: Buffer): void {
+    if (bytes.length === 0) return;
+    this.cursors[stream].offset += bytes.length;
+    const id = this.ids ? `id: ${this.id()}\n` : '';
+    this.send(`event: ${stream}\n${id}data: {"stream":"${stream}","data":"${bytes.toString('base64')}"}\n\n`);
   }
 
   private writeOutput(stream: StreamName, text: string): void {

@@ -69,6 +69,8 @@ export interface OutputSubscriber {
   readonly backedUp: boolean;
   /** The client's socket, if the holder may write this subscriber's live output to it itself. */
   lendableSocket(): LendableSocket | undefined;
+  /** It sends the output's raw bytes (encoding base64): live output must come as DATA, never as the holder's TEXT. */
+  readonly wantsBytes?: boolean;
   /** Writes nothing from now on; calls `flushed` once all it wrote before has gone to the socket. */
   lend(flushed: () => void): void;
   /**
@@ -166,6 +168,8 @@ export class TrackedProcess {
   private exitInfo: ExitInfo | undefined;
   private truncation: Truncation = { stdout: false, stderr: false };
   private live: 'off' | 'syncing' | 'on' = 'off';
+  /** LIVE on asked the holder for TEXT (false: DATA, which a bytes subscriber needs and every subscriber can decode). */
+  private liveText = false;
   private readonly subscribers = new Map<OutputSubscriber, SubscriberState>();
   private lent: Lent | undefined;
   /** The holder could not take a socket once (not allowed to, e.g. envd runs unprivileged): not asked again. */
@@ -238,7 +242,7 @@ export class TrackedProcess {
     this.link = link;
     link.onMessage = (message) => this.onMessage(message);
     link.onClose = () => void this.onHolderGone();
-    if (this.live === 'syncing') link.liveOn();
+    if (this.live === 'syncing') this.liveOn();
   }
 
   get running(): boolean {
@@ -277,10 +281,13 @@ export class TrackedProcess {
     this.subscribers.set(subscriber, 'syncing');
     if (this.live === 'off') {
       this.live = 'syncing';
-      this.link?.liveOn();
+      this.liveOn();
     } else if (this.lent) {
       // Output may be on the lent socket past logEnd: the replay starts where DIRECT_ENDED says it is.
       this.askBack();
+    } else if (subscriber.wantsBytes && this.liveText) {
+      // TEXT cannot give back the bytes: DATA from the next SYNC on, where this subscriber's replay ends.
+      this.liveOn();
     } else if (this.live === 'on') {
       // Between two messages: everything up to logEnd is in the log, everything after comes live.
       this.startReplay(subscriber, { logEnd: this.logEnd, offsets: this.liveOffsets && { ...this.liveOffsets } });
@@ -314,6 +321,19 @@ export class TrackedProcess {
     this.lendIfAlone();
   }
 
+  /**
+   * LIVE on (again), in TEXT unless a subscriber wants raw bytes. Asked again while on, the holder
+   * switches to DATA at its SYNC: subscribers following live decode DATA themselves from there (a
+   * character split exactly there may come out as U+FFFD), subscribers still syncing replay up to it.
+   */
+  private liveOn(): void {
+    const link = this.link;
+    if (!link) return;
+    const bytes = [...this.subscribers.keys()].some((subscriber) => subscriber.wantsBytes);
+    this.liveText = !bytes && link.speaksText;
+    link.liveOn(this.liveText);
+  }
+
   /** envd's keep-alive for a lent socket, which only the holder may write to now. */
   keepLentSocketAlive(): void {
     if (this.lent?.state === 'on') this.link?.directPing();
@@ -325,7 +345,7 @@ export class TrackedProcess {
    * else follows the command: they get TEXT, and one writer per socket is the rule.
    */
   private lendIfAlone(): void {
-    if (this.lent || this.lendingRefused || this.live !== 'on' || this.subscribers.size !== 1) return;
+    if (this.lent || this.lendingRefused || this.live !== 'on' || !this.liveText || this.subscribers.size !== 1) return;
     const link = this.link;
     if (!link || link.closed || !link.lendsSockets) return;
     const [subscriber, state] = this.subscribers.entries().next().value!;
@@ -366,7 +386,10 @@ export class TrackedProcess {
       this.logger.info({ pid: this.pid }, 'the holder could not take the stream socket: envd writes the output');
     }
     if (this.subscribers.has(lent.subscriber)) lent.subscriber.reclaim(true, offsets);
-    for (const [subscriber, state] of this.subscribers) if (state === 'syncing') this.startReplay(subscriber, { logEnd, offsets: offsets && { ...offsets } });
+    // The holder is back to TEXT: one who wants bytes waits for the SYNC of DATA.
+    const bytes = [...this.subscribers.entries()].some(([subscriber, state]) => state === 'syncing' && subscriber.wantsBytes);
+    if (bytes) this.liveOn();
+    else for (const [subscriber, state] of this.subscribers) if (state === 'syncing') this.startReplay(subscriber, { logEnd, offsets: offsets && { ...offsets } });
     this.updateFlow();
     // A client that failed is about to go ('close' follows): it is not asked again. Anyone else alone may be.
     if (reason !== 'failed') this.lendIfAlone();
@@ -425,10 +448,10 @@ export class TrackedProcess {
   }
 
   /** Resolves once the command took the data: a command that does not read holds the caller. */
-  async writeStdin(data: string): Promise<void> {
+  async writeStdin(data: Buffer): Promise<void> {
     this.requireStdin();
     this.requireReachable();
-    this.checkAck(await (this.link?.stdin(Buffer.from(data, 'utf8')) ?? 'closed'));
+    this.checkAck(await (this.link?.stdin(data) ?? 'closed'));
   }
 
   async closeStdin(): Promise<void> {
@@ -534,10 +557,12 @@ export class TrackedProcess {
       case 'sync':
         this.logEnd = message.logEnd;
         this.liveOffsets = message.offsets;
-        if (this.live !== 'syncing') return;
+        // A SYNC while on: the switch to DATA (liveOn) that a subscriber waits for.
+        if (this.live === 'off') return;
         this.live = 'on';
         for (const [subscriber, state] of this.subscribers) {
-          if (state === 'syncing') this.startReplay(subscriber, { logEnd: message.logEnd, offsets: message.offsets && { ...message.offsets } });
+          // A SYNC of TEXT: one who wants bytes waits for the SYNC of the DATA asked for since.
+          if (state === 'syncing' && !(subscriber.wantsBytes && this.liveText)) this.startReplay(subscriber, { logEnd: message.logEnd, offsets: message.offsets && { ...message.offsets } });
         }
         return;
       case 'data':

@@ -6,9 +6,9 @@ export const SHELL_HELP = `envd shell — an interactive terminal on an envd, fo
 
 Usage: envd shell [--url URL] [--token T] [--user U] [--cwd DIR] [-- CMD...]
 
-  --url <url>     envd, or the control plane's path to it (default ${DEFAULT_SHELL_URL});
+  --url <url>     envd, or the control plane's path to it (default: $ENVD_URL, else ${DEFAULT_SHELL_URL});
                   e.g. https://api.example/sandboxes/ID
-  --token <t>     the access token (default: $ENVD_ACCESS_TOKEN)
+  --token <t>     the access token (default: $ENVD_TOKEN, as every verb reads it)
   --user <name>   Unix user of the shell (default: envd's default user)
   --cwd <dir>     working directory (default: the user's home or envd's default)
   -- CMD...       run CMD on the terminal instead of the user's login shell
@@ -41,11 +41,12 @@ export function parseShellArgs(argv: string[], env: NodeJS.ProcessEnv): ShellOpt
     throw new ShellUsageError((error as Error).message);
   }
   if (parsed.values.help) return undefined;
-  const url = (parsed.values.url ?? DEFAULT_SHELL_URL).replace(/\/+$/, '');
+  // The same environment as every other verb (src/cli/main.ts); ENVD_ACCESS_TOKEN is the daemon's own name for it.
+  const url = (parsed.values.url ?? (env.ENVD_URL || DEFAULT_SHELL_URL)).replace(/\/+$/, '');
   if (!/^https?:\/\/[^/]/.test(url)) throw new ShellUsageError(`--url must be an http:// or https:// URL, got ${JSON.stringify(url)}`);
   return {
     url,
-    token: parsed.values.token ?? (env.ENVD_ACCESS_TOKEN || undefined),
+    token: parsed.values.token ?? (env.ENVD_TOKEN || env.ENVD_ACCESS_TOKEN || undefined),
     user: parsed.values.user,
     cwd: parsed.values.cwd,
     cmd: parsed.positionals.map(quoteForShell).join(' '),

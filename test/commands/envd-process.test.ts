@@ -1,6 +1,8 @@
 import { randomBytes } from 'node:crypto';
 import { spawn } from 'node:child_process';
-import { chownSync, readdirSync, readFileSync, readlinkSync } from 'node:fs';
+import { chmodSync, chownSync, copyFileSync, linkSync, mkdtempSync, readdirSync, readFileSync, readlinkSync, rmSync, statSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { findProcesses, rssBytes, startEnvdProcess, waitFor, type EnvdProcess } from '../helpers/proc.js';
@@ -49,30 +51,57 @@ function childrenOf(parent: number): number[] {
 const call = (path: string, body: unknown, init: RequestInit = {}) =>
   fetch(`${envd.url}${path}`, { method: 'POST', headers: { authorization: `Bearer ${TOKEN}`, 'content-type': 'application/json' }, body: JSON.stringify(body), ...init });
 
+/**
+ * The build (and the Node that runs it) where any user can read it: a clone may sit under a 0700
+ * directory (what mktemp -d makes), where the fixture user cannot reach dist/ or node_modules/.
+ * The same files, hard-linked where they can be (copied across file systems).
+ */
+function readableRuntime(): { node: string; bundle: string; remove(): void } {
+  const dir = mkdtempSync(join(tmpdir(), 'envd-runtime-'));
+  chmodSync(dir, 0o755);
+  const place = (from: string, name: string) => {
+    try {
+      linkSync(from, join(dir, name));
+    } catch {
+      copyFileSync(from, join(dir, name));
+      chmodSync(join(dir, name), statSync(from).mode & 0o777);
+    }
+  };
+  place(process.execPath, 'node');
+  for (const name of ['envd.js', 'envd-holder', 'envd-malloc-trim.node', 'package.json']) place(join(process.cwd(), 'dist', name), name);
+  return { node: join(dir, 'node'), bundle: join(dir, 'envd.js'), remove: () => rmSync(dir, { recursive: true, force: true }) };
+}
+
 /** dist/envd.js run as the fixture user (through setpriv when the tests run as root), so envd itself is not root. */
 async function startUnprivilegedEnvd(): Promise<{ url: string; stop(): void }> {
   // Its own state and spool, the user's: its defaults would be /tmp/envd-<uid>, left behind for good.
   const dirs = makeEnvdDirs();
+  const runtime = isRoot() ? readableRuntime() : { node: process.execPath, bundle: `${process.cwd()}/dist/envd.js`, remove: () => {} };
   if (isRoot()) chownSync(dirs.root, fixture.user.uid, fixture.user.gid);
-  const args = [`${process.cwd()}/dist/envd.js`, '--host', '127.0.0.1', '--port', '0', '--state-dir', dirs.stateDir, '--spool-dir', dirs.spoolDir];
+  const args = [runtime.bundle, '--host', '127.0.0.1', '--port', '0', '--state-dir', dirs.stateDir, '--spool-dir', dirs.spoolDir];
   const env = { PATH: process.env.PATH, ENVD_ACCESS_TOKEN: TOKEN };
   const child = isRoot()
-    ? spawn('setpriv', [`--reuid=${fixture.user.uid}`, `--regid=${fixture.user.gid}`, '--init-groups', '--', process.execPath, ...args], { env, stdio: ['ignore', 'pipe', 'inherit'] })
+    ? spawn('setpriv', [`--reuid=${fixture.user.uid}`, `--regid=${fixture.user.gid}`, '--init-groups', '--', runtime.node, ...args], { env, stdio: ['ignore', 'pipe', 'inherit'] })
     : spawn(process.execPath, args, { env, stdio: ['ignore', 'pipe', 'inherit'] });
-  const url = await new Promise<string>((resolve, reject) => {
-    child.once('exit', (code) => reject(new Error(`envd exited with ${code}`)));
-    createInterface({ input: child.stdout! }).on('line', (line) => {
-      const match = /listening at (http:\/\/[\d.]+:\d+)/.exec(line);
-      if (match) resolve(match[1]!);
-    });
-  });
-  return {
-    url,
-    stop: () => {
-      child.kill('SIGKILL');
-      dirs.remove();
-    },
+  const stop = () => {
+    child.kill('SIGKILL');
+    dirs.remove();
+    runtime.remove();
   };
+  try {
+    const url = await new Promise<string>((resolve, reject) => {
+      child.once('exit', (code) => reject(new Error(`envd exited with ${code}`)));
+      createInterface({ input: child.stdout! }).on('line', (line) => {
+        const match = /listening at (http:\/\/[\d.]+:\d+)/.exec(line);
+        if (match) resolve(match[1]!);
+      });
+    });
+    return { url, stop };
+  } catch (error) {
+    // A failed start leaves nothing behind either (its directories were the /tmp/envd-dirs-* leak).
+    stop();
+    throw error;
+  }
 }
 
 describe('envd as its own process', () => {

@@ -68,7 +68,14 @@ export async function startServer(overrides: Partial<Config> = {}, deps: Pick<Ap
   });
   const dirs = overrides.stateDir === undefined ? makeEnvdDirs() : undefined;
   const config = testConfig({ ...(dirs ? { stateDir: dirs.stateDir, spoolDir: dirs.spoolDir } : {}), ...overrides, accessToken: token });
-  const app = await buildApp({ cgroups: { mode: 'proc', why: 'an in-process test server leaves the runner\'s cgroup alone' }, ...deps, config, logger: createLogger(config.logLevel, sink), openApi: generatedOpenApi });
+  let app: App;
+  try {
+    app = await buildApp({ cgroups: { mode: 'proc', why: 'an in-process test server leaves the runner\'s cgroup alone' }, ...deps, config, logger: createLogger(config.logLevel, sink), openApi: generatedOpenApi });
+  } catch (error) {
+    // No server (no build yet, say): its directories go too, or they are left in /tmp for good.
+    dirs?.remove();
+    throw error;
+  }
   await app.listen({ host: '127.0.0.1', port: 0 });
   const address = app.server.address();
   if (!address || typeof address === 'string') throw new Error('no address');

@@ -13,9 +13,11 @@ let user: Awaited<ReturnType<typeof commandUser>>;
 let envd: EnvdProcess;
 let scratch: string;
 // A tmux server of its own per test: a server just told to exit cannot take the next test's session.
+// Its socket is in this file's own directory (-S), removed at the end: tmux -L left one in /tmp/tmux-UID for every test.
 let tests = 0;
-const socket = () => `envd-shell-test-${process.pid}-${tests}`;
-const tmux = (...args: string[]) => execFileSync('tmux', ['-L', socket(), ...args], { encoding: 'utf8' });
+let sockets: string;
+const socket = () => join(sockets, `test-${tests}`);
+const tmux = (...args: string[]) => execFileSync('tmux', ['-S', socket(), ...args], { encoding: 'utf8' });
 const screen = () => tmux('capture-pane', '-p', '-t', 'envd');
 const untilScreen = (pattern: RegExp, what: string) => waitFor(() => pattern.test(screen()), 15_000, `${what} (screen: ${screen().trim().slice(-300)})`);
 
@@ -46,12 +48,14 @@ const exitFile = () => {
 };
 
 beforeAll(async () => {
+  sockets = mkdtempSync(join(tmpdir(), 'envd-tmux-'));
   user = await commandUser();
   envd = await startEnvdProcess(['--default-user', user.user.name], { ENVD_ACCESS_TOKEN: TOKEN });
 });
 afterAll(async () => {
   await envd?.stop();
   user?.remove();
+  if (sockets) rmSync(sockets, { recursive: true, force: true });
 });
 afterEach(() => {
   try {

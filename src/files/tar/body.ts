@@ -1,16 +1,32 @@
+import { OutgoingMessage } from 'node:http';
+import { Socket } from 'node:net';
 import { Readable, type Writable } from 'node:stream';
+import { Gzip } from 'node:zlib';
 import { BufferRing } from '../buffer-ring.js';
 import type { Owner } from '../paths.js';
 import { BLOCK } from './format.js';
 import { CHUNK_BYTES, tarPieces } from './write.js';
 
 /**
+ * Whether `dest` is done with a chunk's bytes once its writableLength no
+ * longer counts them: a socket or HTTP response has handed them to the
+ * kernel, gzip has taken them into its window. Any other stream may still
+ * hold the very same Buffer further on (a Transform passes it on to its
+ * readable side, Readable.toWeb and fetch queue it again): reusing it there
+ * rewrote bytes not yet sent (`envd cp` uploads carried a later file's
+ * bytes in an earlier header, issue 44).
+ */
+function letsGoOfBytes(dest: Writable): boolean {
+  return dest instanceof OutgoingMessage || dest instanceof Socket || dest instanceof Gzip;
+}
+
+/**
  * A directory tree as a tar stream whose pieces are made in a few recycled
  * buffers (BufferRing): each piece only when the one before was taken, and
  * a buffer reused once the stream it is piped into (the response, or gzip)
- * has passed its bytes on. Memory stays a few MiB whatever the tree's size,
- * with no garbage for V8 to catch up with. Destroying it (the client left)
- * stops the walk and closes the file being read.
+ * has passed its bytes on. Piped anywhere else (or read without pipe) each
+ * piece is a fresh buffer. Memory stays a few MiB whatever the tree's size.
+ * Destroying it (the client left) stops the walk and closes the file being read.
  */
 export class TarBody extends Readable {
   private dest: Writable | undefined;
@@ -36,7 +52,8 @@ export class TarBody extends Readable {
   }
 
   override pipe<T extends NodeJS.WritableStream>(destination: T, options?: { end?: boolean }): T {
-    this.dest = destination as unknown as Writable;
+    const dest = destination as unknown as Writable;
+    if (letsGoOfBytes(dest)) this.dest = dest;
     return super.pipe(destination, options);
   }
 
