@@ -21,6 +21,7 @@ import { decodeData, readContent } from './read.js';
 import { removeEntry } from './remove.js';
 import { moveEntry } from './rename.js';
 import * as S from './schemas.js';
+import { searchRoutes } from './search/routes.js';
 import { UPLOAD_LIMIT, checkUploadHeaders, receiveUpload } from './upload.js';
 import { WatchRegistry } from './watch/registry.js';
 import { armWatch, streamWatch } from './watch/stream.js';
@@ -37,6 +38,7 @@ export const fileRoutes: FastifyPluginAsyncTypebox<FileRoutesOptions> = async (a
   app.addContentTypeParser(['application/octet-stream', 'application/x-tar', 'application/gzip'], (_request, payload, done) => done(null, payload));
   // Every watch of this app shares one watch per directory.
   const watches = new WatchRegistry();
+  await app.register(searchRoutes, { state });
 
   app.put(
     '/raw',
