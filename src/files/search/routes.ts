@@ -23,16 +23,20 @@ async function readerFor(state: SandboxState, username: string | undefined): Pro
 }
 
 /** The response as a sink: writes while the client is there, waits while it is slow to read. */
-function sinkOf(res: ServerResponse, contentType: string): SearchSink {
+function sinkOf(res: ServerResponse, contentType: string): SearchSink & { goneAt: number | undefined } {
   let gone = false;
-  res.once('close', () => (gone = true));
+  res.once('close', () => {
+    gone = true;
+    sink.goneAt = performance.now();
+  });
   res.writeHead(200, { 'content-type': contentType, 'cache-control': 'no-store', 'x-accel-buffering': 'no' });
   res.flushHeaders();
-  return {
+  const sink: SearchSink & { goneAt: number | undefined } = {
+    goneAt: undefined,
     get gone() {
       return gone || res.destroyed;
     },
-    write: (text) => {
+    write: (text: string) => {
       if (!gone) res.write(text);
     },
     waitForRoom: () =>
@@ -48,6 +52,7 @@ function sinkOf(res: ServerResponse, contentType: string): SearchSink {
             res.on('close', done);
           }),
   };
+  return sink;
 }
 
 export const searchRoutes: FastifyPluginAsyncTypebox<{ state: SandboxState }> = async (app, { state }) => {
@@ -80,6 +85,9 @@ export const searchRoutes: FastifyPluginAsyncTypebox<{ state: SandboxState }> = 
       try {
         const summary = await run(sink);
         sink.write(`${JSON.stringify(summary)}\n`);
+        // How long the search ran on after its client left (the tests check it is short).
+        const afterDisconnect = sink.goneAt === undefined ? undefined : Math.round(performance.now() - sink.goneAt);
+        request.log.info({ path, ...summary, client_gone: sink.gone, stopped_after_disconnect_ms: afterDisconnect }, 'search ended');
       } catch (error) {
         request.log.error({ err: error, path }, 'search failed');
       } finally {
