@@ -137,3 +137,49 @@ describe.skipIf(!hasRg)('POST /files/search equals ripgrep', () => {
     expect(matches).toEqual([{ type: 'match', path: join(tree, 'regex.txt'), line: 2, column: 1, text: 'foo123bar', before: ['aaa bbb'], after: ['foo bar'] }]);
   });
 });
+
+/** rg --files's list (with -g globs), as base64 of each path's bytes. */
+function rgFiles(args: string[]): string[] {
+  const run = spawnSync('rg', ['--files', ...args, tree], { cwd: tree, env: { PATH: process.env.PATH, HOME: home } });
+  const out = run.stdout as Buffer;
+  const paths: string[] = [];
+  for (let start = 0; start < out.length; ) {
+    const end = out.indexOf(10, start);
+    paths.push(out.subarray(start, end).toString('base64'));
+    start = end + 1;
+  }
+  return paths.sort();
+}
+
+async function envdFiles(query: string): Promise<{ paths: string[]; body: any }> {
+  const response = await server.call('GET', `/files/find?path=${encodeURIComponent(tree)}&${query}`);
+  expect(response.status).toBe(200);
+  const body = await response.json();
+  return { paths: body.entries.map((entry: any) => entry.path_base64 ?? Buffer.from(entry.path).toString('base64')).sort(), body };
+}
+
+describe.skipIf(!hasRg)('GET /files/find equals rg --files -g', () => {
+  for (const glob of [undefined, '*.js', '**/*.txt', 'src/**', '!*.txt', 'node_modules/**/*.js', '*.{js,ts}', '[a-c]*']) {
+    it(`lists the files rg lists: ${glob ?? 'no glob'}`, async () => {
+      const expected = rgFiles(glob === undefined ? [] : ['-g', glob]);
+      const { paths, body } = await envdFiles(glob === undefined ? '' : `glob=${encodeURIComponent(glob)}`);
+      expect(paths).toEqual(expected);
+      expect(body.truncated).toBe(false);
+    });
+  }
+
+  it('lists hidden and ignored files when asked, as rg --hidden --no-ignore', async () => {
+    expect((await envdFiles('hidden=true&gitignore=false')).paths).toEqual(rgFiles(['--hidden', '--no-ignore']));
+  });
+
+  it('answers entry infos, directories with type=dir, and truncates at max_results', async () => {
+    const { body } = await envdFiles('glob=src&type=dir');
+    expect(body.entries).toEqual([expect.objectContaining({ name: 'src', path: join(tree, 'src'), type: 'dir' })]);
+    const file = (await envdFiles('glob=app.js')).body.entries[0];
+    expect(file).toMatchObject({ name: 'app.js', path: join(tree, 'src/app.js'), type: 'file', permissions: '-rw-r--r--' });
+    expect(file.size).toBeGreaterThan(0);
+    const capped = (await envdFiles('max_results=2')).body;
+    expect(capped.entries).toHaveLength(2);
+    expect(capped.truncated).toBe(true);
+  });
+});

@@ -24,6 +24,12 @@ export function globToRegex(glob: string): RegExp {
   let anchored = glob.includes('/');
   if (glob.startsWith('/')) glob = glob.slice(1);
   if (glob.startsWith('**/')) anchored = false; // `**/x` is `x` at any depth
+  // Only the path itself: like ripgrep, a directory's match is not inherited by its contents (the walk does not enter an ignored directory).
+  return new RegExp(`^${anchored ? '' : '(?:.*/)?'}${translate(glob)}$`, 's');
+}
+
+/** The regex text of a glob: `*`, `?`, `**`, `[...]`, `{a,b}` (ripgrep's globs have alternatives; git's do not). */
+function translate(glob: string): string {
   let out = '';
   for (let i = 0; i < glob.length; i++) {
     const c = glob[i]!;
@@ -54,11 +60,14 @@ export function globToRegex(glob: string): RegExp {
         out += `[${negate ? '^/' : ''}${body.replace(/\\(?!.)|[\\\]^]/g, (m) => `\\${m}`).replace(/\\\\(.)/g, '\\$1')}]`;
         i = end;
       }
+    } else if (c === '{' && glob.indexOf('}', i) !== -1) {
+      const end = glob.indexOf('}', i);
+      out += `(?:${glob.slice(i + 1, end).split(',').map(translate).join('|')})`;
+      i = end;
     } else if (c === '\\' && i + 1 < glob.length) out += escape(glob[++i]!);
     else out += escape(c);
   }
-  // Only the path itself: like ripgrep, a directory's match is not inherited by its contents (the walk does not enter an ignored directory).
-  return new RegExp(`^${anchored ? '' : '(?:.*/)?'}${out}$`, 's');
+  return out;
 }
 
 const escape = (c: string) => c.replace(/[.*+?^${}()|[\]\\/]/g, '\\$&');
