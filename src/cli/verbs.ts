@@ -8,6 +8,7 @@ import { EnvdClient, type SignalName } from '../client/index.js';
 import { extractArchive, hashedHere } from '../files/archive-extract.js';
 import { TarBody } from '../files/tar/body.js';
 import { Progress } from './progress.js';
+import { SEARCH_HELP, searchVerbs } from './search-verbs.js';
 
 /** Where a --json run's progress goes: nowhere (a stream that is no terminal). */
 const NO_TTY = { isTTY: false } as NodeJS.WriteStream;
@@ -33,6 +34,7 @@ const HELP: Record<string, string> = {
   ls: 'envd ls [-d DEPTH] PATH                list a remote directory',
   cp: 'envd cp SRC DST                        copy a file or directory; a remote path is written :/path',
   watch: 'envd watch [-r] PATH                   print changes under a remote directory until interrupted',
+  ...SEARCH_HELP,
 };
 
 export const VERBS = [...Object.keys(HELP), 'shell', 'completion'];
@@ -301,4 +303,4 @@ function help(verb: string, common: Common, wrong = false): number {
   return 0;
 }
 
-export const verbs: Record<string, Verb> = { exec, ps, attach, logs, kill, cat, ls, cp, watch };
+export const verbs: Record<string, Verb> = { exec, ps, attach, logs, kill, cat, ls, cp, watch, ...searchVerbs };

@@ -77,7 +77,9 @@ function* walkDirectory(dir: OpenDir, rel: string, relBytes: Buffer | undefined,
   const entries = dir.entries();
   if (!entries) return;
   const { options } = context;
-  const levels = options.gitignore ? withLevel(parents, readLevel(dir, { strip: rel === '' ? 0 : rel.length + 1, prefix: '' }, options.reader)) : parents;
+  // Only the ignore files the listing shows are opened: most directories have none, and a failed open costs an exception.
+  const present = entries.some(isIgnoreName) ? new Set(entries.filter(isIgnoreName).map((entry) => entry.name)) : undefined;
+  const levels = options.gitignore && present ? withLevel(parents, readLevel(dir, { strip: rel === '' ? 0 : rel.length + 1, prefix: '' }, options.reader, present)) : parents;
   for (const entry of entries) {
     const { isDir } = entry;
     // Symlinks are not followed; FIFOs, sockets and devices are not searched.
@@ -152,9 +154,19 @@ function readRules(dir: OpenDir, name: string, reader: Reader | undefined): Rule
   return bytes ? parseRules(bytes.toString('utf8')) : [];
 }
 
-function readLevel(dir: OpenDir, place: Pick<Level, 'strip' | 'prefix'>, reader: Reader | undefined): Level {
-  const hasGit = dir.statChild('.git') !== undefined;
-  return { ...place, ignore: readRules(dir, '.ignore', reader), git: readRules(dir, '.gitignore', reader), exclude: hasGit ? readExclude(dir, reader) : [], hasGit };
+const IGNORE_NAMES = new Set(['.git', '.gitignore', '.ignore']);
+const isIgnoreName = (entry: { name: string }) => IGNORE_NAMES.has(entry.name);
+
+/** The ignore files of a directory; `present`: which of `.git`, `.gitignore`, `.ignore` its listing has (all when unknown). */
+function readLevel(dir: OpenDir, place: Pick<Level, 'strip' | 'prefix'>, reader: Reader | undefined, present: ReadonlySet<string> = IGNORE_NAMES): Level {
+  const hasGit = present.has('.git') && dir.statChild('.git') !== undefined;
+  return {
+    ...place,
+    ignore: present.has('.ignore') ? readRules(dir, '.ignore', reader) : [],
+    git: present.has('.gitignore') ? readRules(dir, '.gitignore', reader) : [],
+    exclude: hasGit ? readExclude(dir, reader) : [],
+    hasGit,
+  };
 }
 
 function readExclude(dir: OpenDir, reader: Reader | undefined): Rule[] {
