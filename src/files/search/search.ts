@@ -80,6 +80,11 @@ async function runSearch(request: SearchRequest, sink: SearchSink, file: { fd: n
     const where = pathBytes ? { path, path_base64: pathBytes.toString('base64') } : { path };
     const lines = yield* scanFile(fd, size, buffer, request.pattern, request.scan, (match) => {
       out += `${JSON.stringify({ type: 'match', ...where, ...match })}\n`;
+      // The first match goes out at once (the rest at the end of each slice): an agent may stop reading there.
+      if (summary.matches === 0) {
+        sink.write(out);
+        out = '';
+      }
       if (++summary.matches >= request.maxResults) summary.truncated = true;
       return !summary.truncated;
     });
