@@ -19,6 +19,7 @@ import { run as outputStorm } from './output-storm.mjs';
 import { run as readopt } from './readopt.mjs';
 import { run as recovery } from './recovery.mjs';
 import { run as resume } from './resume.mjs';
+import { run as search } from './search.mjs';
 import { run as startup } from './startup.mjs';
 import { run as streamThroughput } from './stream-throughput.mjs';
 import { run as upload } from './upload.mjs';
@@ -48,6 +49,7 @@ const last = [
   ['recovery after load', recovery],
   ['re-adoption', readopt],
   ['recursive watch of 10,000 files', watchTree],
+  ['search and find', search],
 ];
 
 function describeMachine() {

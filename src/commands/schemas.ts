@@ -1,5 +1,6 @@
 import { Type, type Static } from '@sinclair/typebox';
 import { Limits } from '../cgroups/limits.js';
+import { ErrorSchema } from '../errors.js';
 
 /** setTimeout holds at most 2^31-1 ms; a longer timeout would fire at once, so it is refused instead. */
 export const MAX_TIMEOUT_SECONDS = Math.floor((2 ** 31 - 1) / 1000);

@@ -14,15 +14,17 @@ import { writeAtomically } from './atomic-write.js';
 import { writeBatch } from './batch.js';
 import { openDownload } from './download.js';
 import { describeEntry } from './entry-info.js';
+import { editFile } from './edit.js';
 import { listDirectory } from './list.js';
 import { makeDirectory } from './mkdir.js';
 import { readOwnerNames } from './owner-names.js';
 import { checkPath, resolveOwner } from './paths.js';
-import { decodeData, readContent } from './read.js';
+import { decodeData, readContent, readLineRange } from './read.js';
 import { removeEntry } from './remove.js';
 import { openRegular } from './user-path.js';
 import { moveEntry } from './rename.js';
 import * as S from './schemas.js';
+import { searchRoutes } from './search/routes.js';
 import { UPLOAD_LIMIT, checkUploadHeaders, receiveUpload } from './upload.js';
 import { WatchRegistry } from './watch/registry.js';
 import { armWatch, streamWatch } from './watch/stream.js';
@@ -39,6 +41,7 @@ export const fileRoutes: FastifyPluginAsyncTypebox<FileRoutesOptions> = async (a
   app.addContentTypeParser(['application/octet-stream', 'application/x-tar', 'application/gzip'], (_request, payload, done) => done(null, payload));
   // Every watch of this app shares one watch per directory.
   const watches = new WatchRegistry();
+  await app.register(searchRoutes, { state });
 
   app.put(
     '/raw',
@@ -116,8 +119,19 @@ export const fileRoutes: FastifyPluginAsyncTypebox<FileRoutesOptions> = async (a
 
   app.get(
     '/',
-    { schema: { summary: 'Read a file of up to 10 MiB as JSON', querystring: S.ReadQuery, response: { 200: S.FileContent, ...S.errors(400, 404, 413) } } },
-    async (request) => readContent(checkPath(request.query.path, 'path'), request.query.encoding ?? 'utf8', await resolveOwner(state, undefined)),
+    { schema: { summary: 'Read a file of up to 10 MiB as JSON, or a range of lines of any file', querystring: S.ReadQuery, response: { 200: S.FileContent, ...S.errors(400, 404, 413) } } },
+    async (request) => {
+      const { path, encoding = 'utf8', from_line, lines } = request.query;
+      const owner = await resolveOwner(state, undefined);
+      if (from_line === undefined && lines === undefined) return readContent(checkPath(path, 'path'), encoding, owner);
+      return readLineRange(checkPath(path, 'path'), encoding, { from: from_line ?? 1, count: lines }, owner);
+    },
+  );
+
+  app.post(
+    '/edit',
+    { schema: { summary: 'Exact edits of a file, all or nothing (each old must occur count times)', body: S.EditBody, response: { 200: S.Edited, ...S.errors(400, 404, 409, 413, 507) } } },
+    async (request) => editFile(checkPath(request.body.path, 'path'), request.body.edits, request.body.expect_sha256),
   );
 
   app.delete(

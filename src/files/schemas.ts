@@ -8,7 +8,12 @@ export const Encoding = Type.Union([Type.Literal('utf8'), Type.Literal('base64')
 
 export const PathQuery = Type.Object({ path: PathField });
 export const UploadQuery = Type.Object({ path: PathField, username: Type.Optional(Username) });
-export const ReadQuery = Type.Object({ path: PathField, encoding: Type.Optional(Encoding) });
+export const ReadQuery = Type.Object({
+  path: PathField,
+  encoding: Type.Optional(Encoding),
+  from_line: Type.Optional(Type.Integer({ minimum: 1, description: 'first line to answer (1-based); with it or `lines`, a file of any size can be read' })),
+  lines: Type.Optional(Type.Integer({ minimum: 1, description: 'how many lines at most; default: to the end' })),
+});
 
 /** Deeper than this a listing is refused: a bound on work and memory, deep enough for any real tree. */
 export const MAX_LIST_DEPTH = 32;
@@ -28,6 +33,27 @@ export const BatchBody = Type.Object(
 export const RenameBody = Type.Object({ from: PathField, to: PathField }, { additionalProperties: false, title: 'MoveEntryRequest' });
 export const MkdirBody = Type.Object({ path: PathField, username: Type.Optional(Username) }, { additionalProperties: false, title: 'MakeDirectoryRequest' });
 export const WatchBody = Type.Object({ path: PathField, recursive: Type.Optional(Type.Boolean({ default: false })) }, { additionalProperties: false, title: 'WatchDirectoryRequest' });
+
+/** At most this many edits in one request. */
+export const MAX_EDITS = 1000;
+export const EditBody = Type.Object(
+  {
+    path: PathField,
+    edits: Type.Array(
+      Type.Object(
+        {
+          old: Type.String({ minLength: 1, description: 'exact text to find' }),
+          new: Type.String({ description: 'what replaces each occurrence' }),
+          count: Type.Optional(Type.Integer({ minimum: 1, default: 1, description: 'how many times `old` must occur; otherwise 409' })),
+        },
+        { additionalProperties: false },
+      ),
+      { minItems: 1, maxItems: MAX_EDITS },
+    ),
+    expect_sha256: Type.Optional(Type.String({ pattern: '^[0-9a-f]{64}$', description: "the file's current sha256; otherwise 409" })),
+  },
+  { additionalProperties: false },
+);
 
 export const Sha256 = Type.String({ pattern: '^[0-9a-f]{64}$', description: 'sha256 of the bytes written, hex' });
 export const Written = Type.Object({ path: Type.String(), size: Type.Integer(), sha256: Sha256 }, { title: 'WrittenFile' });
@@ -51,8 +77,30 @@ export const ExtractQuery = Type.Object({
 export const Extracted = Type.Object({ path: Type.String(), files: Type.Integer(), bytes: Type.Integer(), sha256: Sha256 }, { title: 'ExtractedArchive' });
 /** What GET /files/archive streams (documentation only). */
 export const ArchiveBytes = Type.Unknown({ description: 'a tar (application/x-tar) or tar.gz (application/gzip) of the tree' });
+export const Edited = Type.Object(
+  {
+  path: Type.String(),
+  size: Type.Integer(),
+  sha256: Sha256,
+  replacements: Type.Integer(),
+  diff: Type.String({ description: 'unified diff of the change, at most 64 KiB' }),
+  diff_truncated: Type.Boolean(),
+  },
+  { title: 'EditedFile' },
+);
 export const BatchWritten = Type.Object({ files: Type.Array(Written) }, { title: 'WrittenFiles' });
-export const FileContent = Type.Object({ path: Type.String(), data: Type.String(), encoding: Encoding, size: Type.Integer() }, { title: 'FileContent' });
+export const FileContent = Type.Object(
+  {
+  path: Type.String(),
+  data: Type.String(),
+  encoding: Encoding,
+  size: Type.Integer({ description: "the file's size in bytes" }),
+  from_line: Type.Optional(Type.Integer()),
+  lines: Type.Optional(Type.Integer({ description: 'how many lines `data` holds' })),
+  total_lines: Type.Optional(Type.Integer()),
+  },
+  { title: 'FileContent' },
+);
 /** What GET /files/raw streams (documentation only: a stream is never serialised). */
 export const FileBytes = Type.Unknown({ description: 'the file bytes, application/octet-stream' });
 export const Exists = Type.Object({ exists: Type.Boolean() }, { title: 'Exists' });

@@ -51,7 +51,13 @@ const calls: Record<string, (c: EnvdClient) => Promise<unknown>> = {
   'GET /files/raw': (c) => c.files.download(`${dir}/missing`),
   'POST /files/batch': (c) => c.files.writeBatch({ files: [{ path: `${dir}/x`, data: '', encoding: 'utf8' }], username: 'root' }),
   'POST /files': (c) => c.files.write({ path: `${dir}/x`, data: '', encoding: 'utf8', username: 'root' }),
-  'GET /files': (c) => c.files.read(`${dir}/missing`, { encoding: 'utf8' }),
+  // files.read sends path and encoding; search.readLines every field (from_line, lines too).
+  'GET /files': (c) => c.search.readLines(`${dir}/missing`, { from_line: 1, lines: 1, encoding: 'utf8' }),
+  'POST /files/search': async (c) => {
+    for await (const _ of c.search.search({ path: `${dir}/missing`, pattern: 'x', literal: true, case: 'smart', include: [], exclude: [], hidden: false, gitignore: true, max_results: 1, max_per_file: 1, context: 0, max_file_bytes: 1, timeout_ms: 1000, username: 'root' }));
+  },
+  'GET /files/find': (c) => c.search.find({ path: `${dir}/missing`, glob: '*', type: 'file', max_results: 1, gitignore: true, hidden: false, username: 'root' }),
+  'POST /files/edit': (c) => c.search.edit({ path: `${dir}/missing`, edits: [{ old: 'a', new: 'b', count: 1 }], expect_sha256: '0'.repeat(64) }),
   'DELETE /files': (c) => c.files.remove(`${dir}/missing`),
   'GET /files/exists': (c) => c.files.exists(`${dir}/missing`),
   'GET /files/info': (c) => c.files.info(`${dir}/missing`, { checksum: 'sha256' }),

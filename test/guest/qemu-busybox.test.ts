@@ -111,6 +111,22 @@ describe('envd in a qemu VM booted from a busybox + musl image, envd-init as PID
     await expectWatchToSee(client, async () => void (await run(client, 'echo hi > /home/user/watched/new.txt')));
   });
 
+  it('searches, finds, reads line ranges and edits with no rg in the image (issue 42)', async () => {
+    expect((await run(client, 'command -v rg || echo no-rg; mkdir -p /home/user/proj/src /home/user/proj/build && cd /home/user/proj && mkdir .git && printf "build/\\n" > .gitignore && printf "one\\nconst Needle = 1;\\nthree\\n" > src/a.ts && echo needle > build/out.js && echo needle > .hidden')).stdout).toBe('no-rg\n');
+    const response = await client.call('POST', '/files/search', { path: '/home/user/proj', pattern: 'needle' });
+    const events = (await response.text()).trim().split('\n').map((line) => JSON.parse(line));
+    expect(events).toEqual([
+      expect.objectContaining({ type: 'match', path: '/home/user/proj/src/a.ts', line: 2, column: 7, text: 'const Needle = 1;' }),
+      expect.objectContaining({ type: 'summary', files_matched: 1, matches: 1 }),
+    ]);
+    const found = (await client.json('GET', '/files/find?path=/home/user/proj&glob=*.ts')).body;
+    expect(found.entries.map((entry: { path: string }) => entry.path)).toEqual(['/home/user/proj/src/a.ts']);
+    expect((await client.json('GET', '/files?path=/home/user/proj/src/a.ts&from_line=3&lines=1')).body).toMatchObject({ data: 'three\n', total_lines: 3 });
+    const edited = await client.json('POST', '/files/edit', { path: '/home/user/proj/src/a.ts', edits: [{ old: 'Needle', new: 'Pin' }] });
+    expect(edited.body).toMatchObject({ replacements: 1 });
+    expect((await run(client, 'cat /home/user/proj/src/a.ts; stat -c %U /home/user/proj/src/a.ts')).stdout).toBe('one\nconst Pin = 1;\nthree\nuser\n');
+  });
+
   it('comes back after kill -9 of envd (envd-init restarts it) and re-adopts printing commands, stdin and a terminal', async () => {
     const witnesses = await startRestartWitnesses(client);
     const before = await envdPid(client);

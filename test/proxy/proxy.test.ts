@@ -151,6 +151,30 @@ describe('envd behind nginx, prefix /sandboxes/<id> stripped', () => {
     await waitFor(() => findProcesses(marker).length === 0, 10_000, 'the command to be killed');
   });
 
+  it('streams a search\'s first match through nginx while the search still runs', async () => {
+    const tree = join(dir, `search-${randomBytes(4).toString('hex')}`);
+    mkdirSync(tree);
+    writeFileSync(join(tree, 'a.txt'), 'needle\n');
+    // Seconds of work after the first match: `(a+)+$|needle` runs on V8's linear engine over 8 MiB.
+    writeFileSync(join(tree, 'b.txt'), `${'a'.repeat(40)}!\n`.repeat(200_000));
+    const abort = new AbortController();
+    const response = await call('POST', '/files/search', { path: tree, pattern: '(a+)+$|needle' }, { signal: abort.signal });
+    expect(response.status).toBe(200);
+    expect(response.headers.get('content-type')).toMatch(/^application\/x-ndjson/);
+    const reader = response.body!.getReader();
+    let text = '';
+    while (!text.includes('\n')) {
+      const { value, done } = await reader.read();
+      if (done) break;
+      text += Buffer.from(value).toString();
+    }
+    expect(JSON.parse(text.split('\n')[0]!)).toMatchObject({ type: 'match', path: join(tree, 'a.txt'), line: 1 });
+    // The summary has not come: nginx passed the match on as it came, not at the end.
+    expect(text).not.toContain('"summary"');
+    abort.abort();
+    await reader.cancel().catch(() => {});
+  });
+
   it('writes stdin to a background command, and an attacher follows it to its exit', async () => {
     const started = await json('POST', '/commands', { cmd: 'cat -n', background: true, stdin: true });
     expect(started.status).toBe(200);

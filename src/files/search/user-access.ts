@@ -1,0 +1,221 @@
+import { closeSync, constants, existsSync, fstatSync, lstatSync, openSync, readdirSync, readSync, statSync, type Stats } from 'node:fs';
+import { isUtf8 } from 'node:buffer';
+import { dirname } from 'node:path';
+import { badRequest, errnoToHttpError, HttpError } from '../../errors.js';
+
+/**
+ * The one place search and find touch paths a sandbox user controls. envd
+ * runs as root; what it reads on a user's behalf must be what that user could
+ * read, and no symlink the user plants may send root elsewhere:
+ *
+ * - every directory below the root is opened through its parent's descriptor
+ *   (`/proc/self/fd/N/name`, the openat(2) Node does not offer) with
+ *   O_NOFOLLOW|O_DIRECTORY, so swapping a directory for a symlink mid-walk
+ *   opens nothing;
+ * - files are opened the same way with O_NOFOLLOW|O_NONBLOCK, and only when
+ *   their directory entry says "regular file" (FIFOs, devices and sockets are
+ *   never opened);
+ * - the permission check runs on fstat of the opened descriptor (the inode
+ *   that is read), with the kernel's owner/group/other rule for the user's
+ *   uid and groups. POSIX ACLs are not consulted (docs/api.md).
+ *
+ * Everything here is synchronous: the search runs it in time slices (search.ts).
+ */
+
+/** A name as given to open: the string, or its bytes when they are not UTF-8 (the string is then lossy). */
+export type Name = string | Buffer;
+
+export interface DirEntry {
+  /** For answers: the name decoded as UTF-8 (invalid bytes become U+FFFD). */
+  name: string;
+  /** The bytes, when `name` cannot be used to open the entry. */
+  raw: Buffer | undefined;
+  isDir: boolean;
+  isFile: boolean;
+}
+
+const byName = (a: DirEntry, b: DirEntry) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0);
+
+/** Whose permissions apply; undefined: no check (envd is not root, or the user is root). */
+export interface Reader {
+  uid: number;
+  gids: ReadonlySet<number>;
+}
+
+const OPEN_DIR = constants.O_RDONLY | constants.O_DIRECTORY | constants.O_NOFOLLOW | constants.O_NONBLOCK;
+const OPEN_FILE = constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK | constants.O_NOCTTY;
+
+/** Without /proc (an image that does not mount it) children are opened by full path: O_NOFOLLOW still guards the last component. */
+const HAS_PROC_FD = existsSync('/proc/self/fd');
+
+/** The permission bits `reader` gets from `stats`: 4 read, 2 write, 1 execute. */
+function bitsFor(stats: Stats, reader: Reader): number {
+  if (stats.uid === reader.uid) return (stats.mode >> 6) & 7;
+  if (reader.gids.has(stats.gid)) return (stats.mode >> 3) & 7;
+  return stats.mode & 7;
+}
+
+export const mayRead = (stats: Stats, reader: Reader | undefined) => !reader || (bitsFor(stats, reader) & 4) !== 0;
+export const mayList = (stats: Stats, reader: Reader | undefined) => !reader || (bitsFor(stats, reader) & 5) === 5;
+
+/** An open directory of the walk: its descriptor, its path (for answers), and how to name its children. */
+export class OpenDir {
+  private constructor(
+    readonly fd: number,
+    readonly path: string,
+  ) {}
+
+  /** Opens the search root: every ancestor must be searchable by the reader, the root itself listable. */
+  static openRoot(path: string, reader: Reader | undefined): OpenDir {
+    checkAncestors(path, reader);
+    let fd: number;
+    try {
+      fd = openSync(path, OPEN_DIR);
+    } catch (error) {
+      throw errnoToHttpError(error, path);
+    }
+    const dir = new OpenDir(fd, path);
+    if (!mayList(fstatSync(fd), reader)) {
+      dir.close();
+      throw new HttpError(403, `${path}: permission denied (the user cannot list it)`);
+    }
+    return dir;
+  }
+
+  /** An ancestor of the search root, to read its ignore files; no permission check on listing (reading a named file needs only search permission). */
+  static openAncestor(path: string): OpenDir | undefined {
+    try {
+      return new OpenDir(openSync(path, OPEN_DIR), path);
+    } catch {
+      return undefined;
+    }
+  }
+
+  private childPath(name: Name): string | Buffer {
+    const prefix = HAS_PROC_FD ? `/proc/self/fd/${this.fd}/` : `${this.path === '/' ? '' : this.path}/`;
+    return typeof name === 'string' ? prefix + name : Buffer.concat([Buffer.from(prefix), name]);
+  }
+
+  /** The entries, sorted by name so answers are stable; undefined when the directory vanished meanwhile. */
+  entries(): DirEntry[] | undefined {
+    const path = HAS_PROC_FD ? `/proc/self/fd/${this.fd}` : this.path;
+    try {
+      // Names as strings (a Buffer per name cost a quarter of a search in garbage collection); a
+      // directory with a name that is not UTF-8 (it decodes with U+FFFD) is read again as bytes.
+      const list = readdirSync(path, { withFileTypes: true });
+      if (!list.some((entry) => entry.name.includes('\uFFFD'))) {
+        return list.map((entry) => ({ name: entry.name, raw: undefined, isDir: entry.isDirectory(), isFile: entry.isFile() })).sort(byName);
+      }
+      return readdirSync(path, { withFileTypes: true, encoding: 'buffer' })
+        .map((entry) => ({ name: entry.name.toString('utf8'), raw: isUtf8(entry.name) ? undefined : entry.name, isDir: entry.isDirectory(), isFile: entry.isFile() }))
+        .sort(byName);
+    } catch {
+      return undefined;
+    }
+  }
+
+  /** A child directory the reader may list, or undefined (a symlink now, gone, or not theirs to read). */
+  openChild(name: Name, reader: Reader | undefined): OpenDir | undefined {
+    let fd: number;
+    try {
+      fd = openSync(this.childPath(name), OPEN_DIR);
+    } catch {
+      return undefined;
+    }
+    const child = new OpenDir(fd, this.path === '/' ? `/${String(name)}` : `${this.path}/${String(name)}`);
+    try {
+      if (mayList(fstatSync(fd), reader)) return child;
+    } catch {
+      // fall through: closed below
+    }
+    child.close();
+    return undefined;
+  }
+
+  /** A regular child file the reader may read, opened, with its size; undefined otherwise. The caller closes the fd. */
+  openFile(name: Name, reader: Reader | undefined): { fd: number; size: number } | undefined {
+    let fd: number;
+    try {
+      fd = openSync(this.childPath(name), OPEN_FILE);
+    } catch {
+      return undefined;
+    }
+    try {
+      const stats = fstatSync(fd);
+      if (stats.isFile() && mayRead(stats, reader)) return { fd, size: stats.size };
+    } catch {
+      // fall through
+    }
+    closeSync(fd);
+    return undefined;
+  }
+
+  /** A small child file's bytes (an ignore file), when it is regular, readable by the reader and at most `limit` bytes. */
+  readSmallFile(name: Name, reader: Reader | undefined, limit: number): Buffer | undefined {
+    const file = this.openFile(name, reader);
+    if (!file) return undefined;
+    try {
+      if (file.size > limit) return undefined;
+      const bytes = Buffer.allocUnsafe(file.size);
+      const length = readSync(file.fd, bytes, 0, file.size, 0);
+      return bytes.subarray(0, length);
+    } catch {
+      return undefined;
+    } finally {
+      closeSync(file.fd);
+    }
+  }
+
+  /** lstat of a child (find's entry infos): not followed. */
+  statChild(name: Name): Stats | undefined {
+    try {
+      return lstatSync(this.childPath(name));
+    } catch {
+      return undefined;
+    }
+  }
+
+  close(): void {
+    closeSync(this.fd);
+  }
+}
+
+/** Opens the search root when it is a regular file (a search of one file); undefined when it is a directory. */
+export function openRootFile(path: string, reader: Reader | undefined): { fd: number; size: number } | undefined {
+  let stats: Stats;
+  try {
+    stats = lstatSync(path);
+  } catch (error) {
+    throw errnoToHttpError(error, path);
+  }
+  if (stats.isDirectory()) return undefined;
+  if (!stats.isFile()) throw badRequest(`${path}: is not a regular file or directory${stats.isSymbolicLink() ? ' (a symlink; search its target)' : ''}`);
+  checkAncestors(path, reader);
+  let fd: number;
+  try {
+    fd = openSync(path, OPEN_FILE);
+  } catch (error) {
+    throw errnoToHttpError(error, path);
+  }
+  const opened = fstatSync(fd);
+  if (!opened.isFile() || !mayRead(opened, reader)) {
+    closeSync(fd);
+    throw new HttpError(403, `${path}: permission denied (the user cannot read it)`);
+  }
+  return { fd, size: opened.size };
+}
+
+/** The reader must be able to reach the path: execute permission on every directory above it. */
+function checkAncestors(path: string, reader: Reader | undefined): void {
+  if (!reader) return;
+  for (let dir = dirname(path); ; dir = dirname(dir)) {
+    let stats: Stats;
+    try {
+      stats = statSync(dir);
+    } catch (error) {
+      throw errnoToHttpError(error, dir);
+    }
+    if ((bitsFor(stats, reader) & 1) === 0) throw new HttpError(403, `${dir}: permission denied (the user cannot enter it)`);
+    if (dir === '/') return;
+  }
+}
