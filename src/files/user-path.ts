@@ -236,6 +236,22 @@ export async function openParent(path: string, options: WalkOptions = {}): Promi
   return { ...(await openDirectory(posix.dirname(path), options)), name };
 }
 
+/** lstat of a path whose parents are resolved by the walk; undefined when nothing is there (a missing parent included). */
+export async function lstatPath(path: string, owner?: Owner): Promise<Stats | undefined> {
+  let parent: Walked & { name: string };
+  try {
+    parent = await openParent(path, { owner });
+  } catch (error) {
+    if (error instanceof HttpError && error.status === 404) return undefined;
+    throw error;
+  }
+  try {
+    return await lstatAt(parent.dir, parent.name);
+  } finally {
+    await parent.dir.close();
+  }
+}
+
 /** lstat of one name in an open directory; undefined when nothing is there. */
 export async function lstatAt(dir: UserDir, name: string): Promise<Stats | undefined> {
   try {
