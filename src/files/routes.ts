@@ -1,10 +1,9 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
-import { lstat } from 'node:fs/promises';
 import { basename } from 'node:path';
 import { Readable } from 'node:stream';
 import type { Config } from '../config.js';
 import { RESERVE_BYTES } from '../memory-budget.js';
-import { badRequest, HttpError, errnoToHttpError } from '../errors.js';
+import { badRequest, HttpError, errnoToHttpError, notFound } from '../errors.js';
 import { extractArchive, hashedHere } from './archive-extract.js';
 import { relayArchive } from './archive-relay.js';
 import { packDirectory } from './archive-pack.js';
@@ -21,7 +20,7 @@ import { readOwnerNames } from './owner-names.js';
 import { checkPath, resolveOwner } from './paths.js';
 import { decodeData, readContent, readLineRange } from './read.js';
 import { removeEntry } from './remove.js';
-import { openRegular } from './user-path.js';
+import { lstatPath, openRegular } from './user-path.js';
 import { moveEntry } from './rename.js';
 import * as S from './schemas.js';
 import { searchRoutes } from './search/routes.js';
@@ -145,14 +144,14 @@ export const fileRoutes: FastifyPluginAsyncTypebox<FileRoutesOptions> = async (a
     { schema: { summary: 'Whether anything (even a dangling symlink) is at a path', querystring: S.PathQuery, response: { 200: S.Exists, ...S.errors(400) } } },
     async (request) => {
       const path = checkPath(request.query.path, 'path');
-      try {
-        await lstat(path);
-        return { exists: true };
-      } catch (error) {
-        const code = (error as NodeJS.ErrnoException).code;
-        if (code === 'ENOENT' || code === 'ENOTDIR') return { exists: false };
-        throw errnoToHttpError(error, path);
-      }
+      if (path === '/') return { exists: true };
+      const owner = await resolveOwner(state, undefined);
+      const stats = await lstatPath(path, owner).catch((error: unknown) => {
+        // A parent that is a file: nothing can be there.
+        if (error instanceof HttpError && /not a directory/.test(error.message)) return undefined;
+        throw error;
+      });
+      return { exists: stats !== undefined };
     },
   );
 
@@ -161,11 +160,14 @@ export const fileRoutes: FastifyPluginAsyncTypebox<FileRoutesOptions> = async (a
     { schema: { summary: 'Describe a file, directory or symlink (not followed); with checksum=sha256 a file\'s sha256 too', querystring: S.InfoQuery, response: { 200: S.Entry, ...S.errors(400, 404) } } },
     async (request) => {
       const path = checkPath(request.query.path, 'path');
-      const entry = await describeEntry(path, await readOwnerNames());
+      const owner = await resolveOwner(state, undefined);
+      const stats = path === '/' ? undefined : await lstatPath(path, owner);
+      if (path !== '/' && !stats) throw notFound(`${path}: no such file or directory (ENOENT)`);
+      const entry = await describeEntry(path, await readOwnerNames(), stats);
       if (request.query.checksum === undefined) return entry;
       if (entry.type !== 'file') throw badRequest(`checksum: ${path} is a ${entry.type === 'dir' ? 'directory' : 'symlink'}, not a regular file`);
       // A FIFO or device (reported as type "file") is refused before a byte is read; the hash stops when the client leaves.
-      const { handle } = await openRegular(path, await resolveOwner(state, undefined));
+      const { handle } = await openRegular(path, owner);
       const left = new AbortController();
       const onClose = () => left.abort();
       request.raw.socket.once('close', onClose);

@@ -3,7 +3,7 @@ import { closeSync, constants, openSync, fchown as fchownCallback, fstat as fsta
 import { lstat, mkdir, open, readdir, readlink, rename, rmdir, unlink, type FileHandle } from 'node:fs/promises';
 import { promisify } from 'node:util';
 import { posix } from 'node:path';
-import { badRequest, errnoToHttpError, HttpError } from '../errors.js';
+import { badRequest, conflict, errnoToHttpError, HttpError } from '../errors.js';
 import type { Owner } from './paths.js';
 
 /**
@@ -195,7 +195,11 @@ async function stepInto(dir: UserDir, name: string, options: WalkOptions): Promi
       if (error.code === 'ENOENT') return undefined;
       throw error;
     });
-    if (!stats || stats.isDirectory()) continue; // changed meanwhile: look again
+    if (!stats || stats.isDirectory()) {
+      // Changed between the two looks: look again, a few times (a user flipping it forever gets a 409, not a spin).
+      if (attempt > 2) throw conflict(`${path}: changed while it was being opened; try again`);
+      continue;
+    }
     if (!stats.isSymbolicLink()) throw badRequest(`${path}: a component of the path is not a directory`);
     if (!mayFollow(await dir.stats(), stats, options.owner)) throw untrustedLink(path);
     return { link: await readlink(dir.at(name)) };
@@ -234,6 +238,22 @@ export async function openParent(path: string, options: WalkOptions = {}): Promi
   const name = posix.basename(path);
   if (path === '/' || name === '') throw badRequest('/: has no parent');
   return { ...(await openDirectory(posix.dirname(path), options)), name };
+}
+
+/** lstat of a path whose parents are resolved by the walk; undefined when nothing is there (a missing parent included). */
+export async function lstatPath(path: string, owner?: Owner): Promise<Stats | undefined> {
+  let parent: Walked & { name: string };
+  try {
+    parent = await openParent(path, { owner });
+  } catch (error) {
+    if (error instanceof HttpError && error.status === 404) return undefined;
+    throw error;
+  }
+  try {
+    return await lstatAt(parent.dir, parent.name);
+  } finally {
+    await parent.dir.close();
+  }
 }
 
 /** lstat of one name in an open directory; undefined when nothing is there. */

@@ -24,10 +24,14 @@ const sha256 = (bytes: Buffer | string) => createHash('sha256').update(bytes).di
 /** A request that must answer: aborted (and failed) after `ms`. */
 const within = (ms: number) => ({ signal: AbortSignal.timeout(ms) });
 
+/** Every attacker started, stopped in afterAll too (a test that timed out never reaches its finally). */
+const attackers = new Set<ChildProcess>();
+
 /** Runs `script` (CommonJS, node -e) as the test user until stopped; `dir` and `canary` are in its environment. */
 function asUser(target: StressEnvd, script: string, env: Record<string, string>): ChildProcess {
   const { uid, gid } = statSync(target.dir);
   const child = spawn(process.execPath, ['-e', script], { uid, gid, env: { ...process.env, ...env }, stdio: ['ignore', 'inherit', 'inherit'] });
+  attackers.add(child);
   return child;
 }
 
@@ -38,7 +42,7 @@ function ownerName(dir: string): string {
 }
 
 async function stop(child: ChildProcess): Promise<void> {
-  if (child.exitCode !== null) return;
+  if (child.exitCode !== null || child.signalCode !== null) return;
   const exited = new Promise((resolve) => child.once('exit', resolve));
   child.kill('SIGKILL');
   await exited;
@@ -91,6 +95,7 @@ describe.runIf(isRoot())('root never follows what a plain user controls, and no 
     before = canaries.snapshot();
   }, 60_000);
   afterAll(async () => {
+    for (const child of attackers) await stop(child);
     await target?.stop();
     if (canaries) rmSync(canaries.root, { recursive: true, force: true });
   });

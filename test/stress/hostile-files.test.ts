@@ -72,7 +72,10 @@ async function startTarget(): Promise<Target> {
   return {
     envd, pid: envd.child.pid!, token, dir, user, call,
     async stop() {
+      // An envd wedged by what a test did (a FIFO on the event loop, before issue 36) ignores SIGTERM.
+      const killer = setTimeout(() => envd.child.kill('SIGKILL'), 10_000);
       await envd.stop();
+      clearTimeout(killer);
       rmSync(dir, { recursive: true, force: true });
       user.remove();
     },
@@ -226,11 +229,14 @@ function percentile(values: number[], p: number): number {
 describe.runIf(isRoot())('a hostile user under concurrent transfers (dist/envd)', () => {
   let target: Target;
   let canaries: ReturnType<typeof makeCanaries>;
+  let swapper: ChildProcess | undefined;
   beforeAll(async () => {
     target = await startTarget();
     canaries = makeCanaries();
   }, 60_000);
   afterAll(async () => {
+    // Also when the test timed out (a hang): the attacker is stopped before its user is removed.
+    if (swapper) await stop(swapper);
     await target?.stop();
     if (canaries) rmSync(canaries.root, { recursive: true, force: true });
   });
@@ -246,7 +252,7 @@ describe.runIf(isRoot())('a hostile user under concurrent transfers (dist/envd)'
     await asUser(
       `cd ${target.dir} && mkdir -p tree/sub swap up safe && for i in $(seq 1 40); do head -c 3000 /dev/urandom > tree/small-$i; done && head -c 300000 /dev/urandom > tree/large && echo f > tree/f && mkfifo fifo && for i in $(seq 1 10); do echo s > tree/sub/s$i; done`,
     );
-    const swapper: ChildProcess = spawn(process.execPath, ['-e', SWAPPER], { uid, gid, env: { ...process.env, DIR: target.dir, CANARY_FILE: canaries.file, CANARY_DIR: canaries.dir }, stdio: 'ignore' });
+    swapper = spawn(process.execPath, ['-e', SWAPPER], { uid, gid, env: { ...process.env, DIR: target.dir, CANARY_FILE: canaries.file, CANARY_DIR: canaries.dir }, stdio: 'ignore' });
 
     await sleep(1_000);
     const treeFds = () => fileFds(target.pid, target.dir, canaries.root);
@@ -299,7 +305,7 @@ describe.runIf(isRoot())('a hostile user under concurrent transfers (dist/envd)'
     probing = false;
     await Promise.all(probes);
     clearInterval(sampler);
-    await stop(swapper);
+    await stop(swapper!);
 
     await waitFor(() => treeFds().length === 0, 10_000, 'no file of the tree open').catch(() => {});
     report('hostile user under 4 × 200 concurrent requests', {
