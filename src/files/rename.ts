@@ -1,24 +1,32 @@
-import { lstat, rename } from 'node:fs/promises';
-import { dirname } from 'node:path';
 import { badRequest, errnoToHttpError } from '../errors.js';
-import { makeDirectories } from './atomic-write.js';
 import { describeEntry, type EntryInfo } from './entry-info.js';
 import { readOwnerNames } from './owner-names.js';
 import type { Owner } from './paths.js';
+import { lstatAt, openParent, renameAt } from './user-path.js';
 
-/** rename(2) with `to`'s parents created (owned by `owner`); answers with what is now at `to`. */
+/**
+ * rename(2) with `to`'s parents created (owned by `owner`); answers with what is now at `to`.
+ * Both parents are reached by user-path.ts's walk and the rename is relative to their
+ * descriptors, so a symlink another user swaps into either path steers nothing.
+ */
 export async function moveEntry(from: string, to: string, owner: Owner | undefined): Promise<EntryInfo> {
   // The root can be neither moved nor replaced (rename(2) says EBUSY): a bad request, not envd's failure.
   if (from === '/') throw badRequest('from: / cannot be moved');
   if (to === '/') throw badRequest('to: / cannot be replaced');
-  await lstat(from).catch((error) => {
-    throw errnoToHttpError(error, from);
-  });
-  await makeDirectories(dirname(to), owner);
+  const source = await openParent(from, { owner });
   try {
-    await rename(from, to);
-  } catch (error) {
-    throw errnoToHttpError(error, to);
+    const found = await lstatAt(source.dir, source.name);
+    if (!found) throw errnoToHttpError(Object.assign(new Error(`ENOENT: ${from}`), { code: 'ENOENT' }), from);
+    const target = await openParent(to, { owner, create: true });
+    try {
+      await renameAt(source.dir, source.name, target.dir, target.name).catch((error: unknown) => {
+        throw errnoToHttpError(error, to);
+      });
+    } finally {
+      await target.dir.close();
+    }
+  } finally {
+    await source.dir.close();
   }
   return describeEntry(to, await readOwnerNames());
 }

@@ -28,7 +28,10 @@ import type { Owner } from './paths.js';
  * Which symlinks are followed: one in a directory that only root or the
  * request's own user can change (owned by one of them, not writable by group
  * or others; or sticky, with the link owned by one of them). A user can
- * redirect their own requests, never someone else's, and never root's. Any
+ * redirect their own requests, never someone else's, and never root's; and a
+ * walk that followed a link only the user vouches for must end in a directory
+ * of that user's (`~/.venv/lib64 -> lib` works, `~/link -> /etc` is a 400):
+ * otherwise root would act with its own rights where the user could not. Any
  * other symlink in the middle of a path is a 400; at the end of a path it is
  * the thing itself (replaced by a write, removed by a delete, not read).
  *
@@ -96,12 +99,21 @@ export class UserDir {
   }
 }
 
-/** May a symlink in a directory with `dir`'s stats be followed on behalf of `owner`? */
-function mayFollow(dir: Stats, link: Stats, owner: Owner | undefined): boolean {
-  const trusted = (uid: number) => uid === 0 || uid === process.geteuid?.() || (owner !== undefined && uid === owner.uid);
-  if (!trusted(dir.uid)) return false;
-  if ((dir.mode & 0o022) === 0) return true;
-  return (dir.mode & 0o1000) !== 0 && trusted(link.uid);
+/**
+ * May a symlink in a directory with `dir`'s stats be followed on behalf of `owner`, and on whose word:
+ * 'root' when only root (or envd itself) can change it, 'owner' when the request's own user can too,
+ * undefined when someone else can.
+ */
+function linkTrust(dir: Stats, link: Stats, owner: Owner | undefined): 'root' | 'owner' | undefined {
+  const isRoot = (uid: number) => uid === 0 || uid === process.geteuid?.();
+  const isOwner = (uid: number) => owner !== undefined && uid === owner.uid;
+  const by = (uid: number) => (isRoot(uid) ? 'root' : isOwner(uid) ? 'owner' : undefined);
+  const dirBy = by(dir.uid);
+  if (dirBy === undefined) return undefined;
+  if ((dir.mode & 0o022) === 0) return dirBy;
+  if ((dir.mode & 0o1000) === 0) return undefined;
+  const linkBy = by(link.uid);
+  return linkBy === undefined ? undefined : dirBy === 'root' && linkBy === 'root' ? 'root' : 'owner';
 }
 
 /** `/`, opened once: every walk starts there (envd never changes its root). */
@@ -140,6 +152,8 @@ export async function openDirectory(path: string, options: WalkOptions = {}): Pr
   let dir = rootDir();
   let created: string | undefined;
   let links = 0;
+  /** A link only the request's user vouches for was followed: where it leads must be that user's own. */
+  let onOwnersWord = false;
   try {
     while (pending.length > 0) {
       const name = pending.shift()!;
@@ -152,6 +166,7 @@ export async function openDirectory(path: string, options: WalkOptions = {}): Pr
       const next = await stepInto(dir, name, options);
       if ('link' in next) {
         if (++links > MAX_LINKS) throw badRequest(`${path}: too many levels of symbolic links`);
+        if (next.trust === 'owner') onOwnersWord = true;
         // A link's text is resolved against where it was found: start again from /.
         const target = posix.resolve(dir.path, next.link);
         pending = [...target.split('/').filter((c) => c !== '' && c !== '.'), ...pending];
@@ -162,6 +177,12 @@ export async function openDirectory(path: string, options: WalkOptions = {}): Pr
       if (next.created && created === undefined) created = next.dir.path;
       await dir.close();
       dir = next.dir;
+    }
+    // The user's own link may lead the request anywhere the user could go itself, not where only root can:
+    // root would write, rename or remove there with its own rights (say ~/link -> /etc and a write of
+    // ~/link/passwd). So the directory it ends in must be the user's.
+    if (onOwnersWord && options.owner && (await dir.stats()).uid !== options.owner.uid) {
+      throw badRequest(`${path}: leads through a symbolic link of uid ${options.owner.uid} to ${dir.path}, which is not theirs; envd does not follow it as root`);
     }
     return { dir, created };
   } catch (error) {
@@ -176,7 +197,7 @@ export async function openDirectory(path: string, options: WalkOptions = {}): Pr
  * directory (O_DIRECTORY|O_NOFOLLOW refuses anything else); an lstat only
  * when it is something else.
  */
-async function stepInto(dir: UserDir, name: string, options: WalkOptions): Promise<{ dir: UserDir; created: boolean } | { link: string }> {
+async function stepInto(dir: UserDir, name: string, options: WalkOptions): Promise<{ dir: UserDir; created: boolean } | { link: string; trust: 'root' | 'owner' }> {
   const path = dir.child(name);
   for (let attempt = 0; ; attempt++) {
     try {
@@ -201,8 +222,9 @@ async function stepInto(dir: UserDir, name: string, options: WalkOptions): Promi
       continue;
     }
     if (!stats.isSymbolicLink()) throw badRequest(`${path}: a component of the path is not a directory`);
-    if (!mayFollow(await dir.stats(), stats, options.owner)) throw untrustedLink(path);
-    return { link: await readlink(dir.at(name)) };
+    const trust = linkTrust(await dir.stats(), stats, options.owner);
+    if (trust === undefined) throw untrustedLink(path);
+    return { link: await readlink(dir.at(name)), trust };
   }
 }
 
@@ -378,6 +400,8 @@ export function notRegular(path: string, stats: Stats): HttpError | undefined {
  */
 export async function openRegular(path: string, owner?: Owner): Promise<{ handle: FileHandle; stats: Stats }> {
   let current = path;
+  /** A link only the request's user vouches for was followed: what it leads to must be theirs, or readable by anyone. */
+  let onOwnersWord = false;
   for (let links = 0; ; links++) {
     if (current === '/') throw badRequest('/: is a directory');
     const { dir, name } = await openParent(current, { owner });
@@ -395,7 +419,9 @@ export async function openRegular(path: string, owner?: Owner): Promise<{ handle
       }
       if (stats.isSymbolicLink()) {
         closeSync(fd);
-        if (!mayFollow(await dir.stats(), stats, owner)) throw untrustedLink(current);
+        const trust = linkTrust(await dir.stats(), stats, owner);
+        if (trust === undefined) throw untrustedLink(current);
+        if (trust === 'owner') onOwnersWord = true;
         if (links >= MAX_LINKS) throw badRequest(`${path}: too many levels of symbolic links`);
         current = posix.resolve(dir.path, await readlink(dir.at(name)));
         continue;
@@ -406,6 +432,9 @@ export async function openRegular(path: string, owner?: Owner): Promise<{ handle
     try {
       const refused = notRegular(current, stats);
       if (refused) throw refused;
+      if (onOwnersWord && owner && stats.uid !== owner.uid && (stats.mode & 0o004) === 0) {
+        throw badRequest(`${path}: leads through a symbolic link of uid ${owner.uid} to ${current}, which they cannot read; envd does not read it as root`);
+      }
       const handle = await open(`/proc/self/fd/${fd}`, O_RDONLY | O_NONBLOCK).catch((error: unknown) => {
         throw toHttp(error, current);
       });

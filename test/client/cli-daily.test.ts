@@ -98,7 +98,12 @@ describe('byte-exact exec (stdout not a terminal: encoding base64; stdin as byte
 describe('safe in pipes', () => {
   it('every verb whose reader closes the pipe ends quietly with the closed-pipe status (141)', { timeout: 60_000 }, async () => {
     const pid = (await sh('dist/envd exec -d -- seq 1 300000')).stdout.toString().trim();
-    await server.call('GET', `/commands/${pid}/wait`);
+    // Finished, but not collected (a wait would forget it, and attach and logs would find nothing).
+    for (;;) {
+      const { processes } = (await (await server.call('GET', '/commands')).json()) as { processes: { pid: number; running: boolean }[] };
+      if (processes.find((p) => p.pid === Number(pid))?.running === false) break;
+      await new Promise((resolve) => setTimeout(resolve, 50));
+    }
     writeFileSync(join(dir, 'long.txt'), 'x\n'.repeat(2_000_000));
     // A listing longer than a pipe holds.
     mkdirSync(join(dir, 'many'));

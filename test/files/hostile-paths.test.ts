@@ -154,6 +154,26 @@ describe.runIf(isRoot())('root never follows what a plain user controls, and no 
     expect(readFileSync(join(target.dir, moved[0]!), 'utf8')).toBe('the uploaded bytes\n');
   });
 
+  it('moves nothing of root\'s when a rename goes through a symlink the user put in its own directory (36, rule)', async () => {
+    // The user links its directory to root's 0700 directory, then asks envd (root, on its behalf) to move a file out of it.
+    await asUserSh(`ln -s ${canaries.dir} ${join(target.dir, 'into-root')}`);
+    const stolen = join(target.dir, 'stolen');
+    const out = await target.call('POST', '/files/rename', { from: join(target.dir, 'into-root', 'keep-0'), to: stolen }, within(5_000));
+    expect(out.status).toBe(400);
+    expect((await out.json()).message).toMatch(/which is not theirs; envd does not follow it as root/);
+    // Nor into root's directory through the link.
+    writeFileSync(join(target.dir, 'mine.txt'), 'mine\n');
+    const into = await target.call('POST', '/files/rename', { from: join(target.dir, 'mine.txt'), to: join(target.dir, 'into-root', 'planted') }, within(5_000));
+    expect(into.status).toBe(400);
+    expect(existsSync(stolen)).toBe(false);
+    expect(canaries.snapshot()).toBe(before);
+    // The user's own link into the user's own directory (a venv's lib64 -> lib) is followed as before.
+    await asUserSh(`mkdir -p ${join(target.dir, 'venv', 'lib')} && ln -s lib ${join(target.dir, 'venv', 'lib64')}`);
+    const own = await target.call('POST', '/files/rename', { from: join(target.dir, 'mine.txt'), to: join(target.dir, 'venv', 'lib64', 'mine.txt') }, within(5_000));
+    expect(own.status).toBe(200);
+    expect(readFileSync(join(target.dir, 'venv', 'lib', 'mine.txt'), 'utf8')).toBe('mine\n');
+  });
+
   it('answers four checksums of a FIFO with 400 at once, and files and commands still answer (36, item 5)', async () => {
     const fifo = join(target.dir, 'fifo');
     sh('mkfifo', [fifo]);
