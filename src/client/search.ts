@@ -7,27 +7,9 @@ export type SearchRequest = Static<typeof SearchBody>;
 export type FindRequest = Static<typeof FindQuery>;
 export type EditRequest = Static<typeof EditBody>;
 
-export interface SearchMatch {
-  type: 'match';
-  path: string;
-  /** The path's exact bytes, when a name on it is not UTF-8. */
-  path_base64?: string;
-  line: number;
-  column: number;
-  text: string;
-  before: string[];
-  after: string[];
-}
-
-export interface SearchSummary {
-  type: 'summary';
-  files_scanned: number;
-  files_matched: number;
-  matches: number;
-  truncated: boolean;
-  timed_out: boolean;
-  elapsed_ms: number;
-}
+// The NDJSON lines' types are the server's own (type-only: nothing of the server is bundled).
+export type { SearchMatch, SearchSummary } from '../files/search/search.js';
+import type { SearchMatch, SearchSummary } from '../files/search/search.js';
 
 export type FoundEntry = Static<typeof Entry> & { path_base64?: string };
 

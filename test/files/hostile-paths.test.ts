@@ -1,11 +1,11 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { chmodSync, existsSync, lstatSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { request } from 'node:http';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { encodeHeader, padding } from '../../src/files/tar/format.js';
+import { makeCanaries, type Canaries } from '../helpers/canaries.js';
 import { sh } from '../helpers/files.js';
 import { isRoot } from '../helpers/users.js';
 import { startStressEnvd, type StressEnvd } from '../stress/harness.js';
@@ -46,34 +46,6 @@ async function stop(child: ChildProcess): Promise<void> {
   const exited = new Promise((resolve) => child.once('exit', resolve));
   child.kill('SIGKILL');
   await exited;
-}
-
-/** Root's things beside the user's directory: a 0600 file and a 0700 directory with a file in it. */
-interface Canaries {
-  root: string;
-  file: string;
-  dir: string;
-  /** Every canary's path, mode, owner and content now. */
-  snapshot(): string;
-}
-
-function makeCanaries(): Canaries {
-  const root = mkdtempSync(join(tmpdir(), 'envd-canaries-'));
-  chmodSync(root, 0o755);
-  const file = join(root, 'secret');
-  writeFileSync(file, 'root only\n', { mode: 0o600 });
-  const dir = join(root, 'private');
-  mkdirSync(dir, { mode: 0o700 });
-  for (let i = 0; i < 20; i++) writeFileSync(join(dir, `keep-${i}`), `keep ${i}\n`, { mode: 0o600 });
-  const snapshot = () =>
-    [root, file, dir, ...readdirSync(dir).map((name) => join(dir, name)), ...readdirSync(root).map((name) => join(root, name))]
-      .map((path) => {
-        const info = lstatSync(path);
-        return `${path} ${info.mode.toString(8)} ${info.uid}:${info.gid} ${info.isFile() ? sha256(readFileSync(path)) : ''}`;
-      })
-      .sort()
-      .join('\n');
-  return { root, file, dir, snapshot };
 }
 
 /** A small tar of one file, for PUT /files/archive. */

@@ -1,13 +1,14 @@
 import { spawn, type ChildProcess } from 'node:child_process';
-import { chmodSync, chownSync, lstatSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, readlinkSync, rmSync, writeFileSync } from 'node:fs';
+import { chownSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, readlinkSync, rmSync, writeFileSync } from 'node:fs';
 import { request, type ClientRequest } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { randomBytes, createHash } from 'node:crypto';
+import { randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { countFds, rssBytes, startEnvdExecutable, waitFor, type EnvdProcess } from '../helpers/proc.js';
 import { createTestUser, isRoot, type TestUser } from '../helpers/users.js';
 import { MiB, report } from './harness.js';
+import { makeCanaries } from '../helpers/canaries.js';
 
 /**
  * Issue 36 under load, on the single executable dist/envd: stalled downloads
@@ -151,26 +152,6 @@ describe.runIf(isRoot())('hostile files under load (dist/envd)', () => {
   }, 120_000);
 });
 
-/** Root's things beside the user's directory, which must never change: a 0600 file and a 0700 directory. */
-function makeCanaries(): { root: string; file: string; dir: string; snapshot(): string } {
-  const root = mkdtempSync(join(tmpdir(), 'envd-canaries-'));
-  chmodSync(root, 0o755);
-  const file = join(root, 'secret');
-  writeFileSync(file, 'root only\n', { mode: 0o600 });
-  const dir = join(root, 'private');
-  mkdirSync(dir, { mode: 0o700 });
-  for (let i = 0; i < 20; i++) writeFileSync(join(dir, `keep-${i}`), `keep ${i}\n`, { mode: 0o600 });
-  const snapshot = () =>
-    [root, file, dir, ...readdirSync(dir).map((name) => join(dir, name)), ...readdirSync(root).map((name) => join(root, name))]
-      .map((path) => {
-        const info = lstatSync(path);
-        const content = info.isFile() ? createHash('sha256').update(readFileSync(path)).digest('hex') : '';
-        return `${path} ${info.mode.toString(8)} ${info.uid}:${info.gid} ${content}`;
-      })
-      .sort()
-      .join('\n');
-  return { root, file, dir, snapshot };
-}
 
 /** The user's attack, as the user: swaps files, FIFOs and symlinks, and renames envd's temporary names, as fast as it can. */
 const SWAPPER = `
