@@ -9,6 +9,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { closestVerb } from '../../src/cli/main.js';
 import { parseShellArgs } from '../../src/shell/options.js';
 import { commandUser } from '../helpers/command-user.js';
+import { waitFor } from '../helpers/proc.js';
 import { startServer, type TestServer } from '../helpers/server.js';
 
 let server: TestServer;
@@ -98,7 +99,9 @@ describe('byte-exact exec (stdout not a terminal: encoding base64; stdin as byte
 describe('safe in pipes', () => {
   it('every verb whose reader closes the pipe ends quietly with the closed-pipe status (141)', { timeout: 60_000 }, async () => {
     const pid = (await sh('dist/envd exec -d -- seq 1 300000')).stdout.toString().trim();
-    await server.call('GET', `/commands/${pid}/wait`);
+    // Until it ends, without collecting it: a wait would, and a collected command is forgotten (attach and logs below need it).
+    const running = async () => ((await (await server.call('GET', '/commands?finished=true')).json()) as { processes: { pid: number; running: boolean }[] }).processes.find((p) => p.pid === Number(pid))?.running;
+    await waitFor(async () => (await running()) === false, 30_000, `pid ${pid} to end`);
     writeFileSync(join(dir, 'long.txt'), 'x\n'.repeat(2_000_000));
     // A listing longer than a pipe holds.
     mkdirSync(join(dir, 'many'));
