@@ -41,7 +41,8 @@ const COMMAND_STREAM: EventStream = {
     'Output events (stdout, stderr, truncated) carry an `id:` `<stdout bytes>-<stderr bytes>`: the position in each stream after the event ' +
     '(decimal byte counts of what the command wrote). Sent back as `Last-Event-ID` (or `?from=`) to GET /commands/{pid}/stream, the stream resumes ' +
     "right after it: nothing twice, nothing skipped. No `retry:` is sent: a reconnect is the client's choice (POSTing again runs the command again). " +
-    'The last event is `exit`; then the response ends.',
+    'With `encoding: base64` (`?encoding=base64` on attach) output events\' `data` is base64 of the raw bytes, else UTF-8 text. ' +
+    'The last event is `exit`, or `error` `{message}` when envd cannot go on (the command may still run: attach again or wait); then the response ends.',
 };
 
 const WATCH_STREAM: EventStream = {
@@ -93,6 +94,11 @@ const UPLOAD = [...FS_WRITE, 408] as const;
 /** A command that is starting: a user it cannot be run as, limits without cgroups, a body too large. */
 const COMMAND_START = [403, 409, 413] as const;
 
+/** Work that takes its share of the memory budget first (src/memory-budget.ts) answers 503 with this while the share is spent. */
+const RETRY: Record<number, readonly ResponseHeader[]> = {
+  503: [{ name: 'Retry-After', type: 'integer', description: 'Seconds to wait before retrying (1): envd\'s memory for this kind of work is in use' }],
+};
+
 const RANGE: RequestHeader = { name: 'Range', description: 'A single `bytes=start-end` range (also `start-` and `-suffix`); answered with 206' };
 const KEPT: ResponseHeader[] = [
   { name: 'x-envd-kept-bytes', type: 'integer', description: 'How many bytes of the stream are kept (the resource a range addresses)' },
@@ -113,7 +119,7 @@ export const OPERATIONS: Record<string, OperationDoc> = {
   'GET /openapi.json': { operationId: 'getOpenApiDocument', tag: 'lifecycle' },
 
   'POST /commands': { operationId: 'runCommand', tag: 'commands', errors: [...COMMAND_START, 404] },
-  'POST /commands/stream': { operationId: 'streamCommand', tag: 'commands', errors: [...COMMAND_START, 404], events: COMMAND_STREAM },
+  'POST /commands/stream': { operationId: 'streamCommand', tag: 'commands', errors: [...COMMAND_START, 404], responseHeaders: RETRY, events: COMMAND_STREAM },
   'GET /commands': { operationId: 'listCommands', tag: 'commands' },
   'GET /commands/{pid}/stats': { operationId: 'getCommandStats', tag: 'commands', errors: [404, 409] },
   'GET /commands/{pid}/stream': {
@@ -121,6 +127,7 @@ export const OPERATIONS: Record<string, OperationDoc> = {
     tag: 'commands',
     errors: [404, 409, 416],
     headers: [{ name: 'Last-Event-ID', description: 'Resume after this event id (`<stdout bytes>-<stderr bytes>`), as an EventSource sends it on reconnecting; `?from=` wins over it' }],
+    responseHeaders: RETRY,
     events: COMMAND_STREAM,
   },
   'GET /commands/{pid}/output': {
@@ -137,8 +144,8 @@ export const OPERATIONS: Record<string, OperationDoc> = {
   'DELETE /commands/{pid}': { operationId: 'killCommand', tag: 'commands' },
   'POST /commands/{pid}/resize': { operationId: 'resizeCommand', tag: 'commands', errors: [404, 409, 413] },
 
-  'PUT /files/raw': { operationId: 'uploadFile', tag: 'files', errors: UPLOAD, headers: [{ name: 'Content-Length', description: 'Past the upload limit: 413 before any byte is written' }] },
-  'GET /files/raw': { operationId: 'downloadFile', tag: 'files', errors: [...FS_READ, 416], headers: [RANGE], responseHeaders: { 200: PARTIAL('file'), 206: PARTIAL('file'), 416: UNSATISFIABLE } },
+  'PUT /files/raw': { operationId: 'uploadFile', tag: 'files', errors: UPLOAD, headers: [{ name: 'Content-Length', description: 'Past the upload limit: 413 before any byte is written' }], responseHeaders: RETRY },
+  'GET /files/raw': { operationId: 'downloadFile', tag: 'files', errors: [...FS_READ, 416], headers: [RANGE], responseHeaders: { 200: PARTIAL('file'), 206: PARTIAL('file'), 416: UNSATISFIABLE, ...RETRY } },
   'POST /files/batch': { operationId: 'writeFiles', tag: 'files', errors: FS_WRITE },
   'POST /files': { operationId: 'writeFile', tag: 'files', errors: FS_WRITE },
   'GET /files': { operationId: 'readFile', tag: 'files', errors: [...FS_READ, 413] },
@@ -149,11 +156,14 @@ export const OPERATIONS: Record<string, OperationDoc> = {
     operationId: 'downloadArchive',
     tag: 'files',
     errors: FS_READ,
-    responseHeaders: { 200: [{ name: 'Content-Disposition', description: '`attachment; filename="<name>.tar"` (or `.tar.gz`)' }] },
+    responseHeaders: { 200: [{ name: 'Content-Disposition', description: '`attachment; filename="<name>.tar"` (or `.tar.gz`)' }], ...RETRY },
   },
-  'PUT /files/archive': { operationId: 'extractArchive', tag: 'files', errors: UPLOAD },
+  'PUT /files/archive': { operationId: 'extractArchive', tag: 'files', errors: UPLOAD, responseHeaders: RETRY },
   'GET /files/list': { operationId: 'listDirectory', tag: 'files', errors: [...FS_READ, 413] },
   'POST /files/rename': { operationId: 'moveEntry', tag: 'files', errors: [...FS_WRITE] },
   'POST /files/mkdir': { operationId: 'makeDirectory', tag: 'files', errors: [...FS_WRITE] },
-  'POST /files/watch': { operationId: 'watchDirectory', tag: 'files', errors: [...FS_READ, 413], events: WATCH_STREAM },
+  'POST /files/watch': { operationId: 'watchDirectory', tag: 'files', errors: [...FS_READ, 413], responseHeaders: RETRY, events: WATCH_STREAM },
+  'POST /files/search': { operationId: 'searchFiles', tag: 'files', errors: [...FS_READ, 413] },
+  'GET /files/find': { operationId: 'findFiles', tag: 'files', errors: FS_READ },
+  'POST /files/edit': { operationId: 'editFile', tag: 'files', errors: FS_WRITE },
 };

@@ -27,6 +27,7 @@ type CommandResult = components['schemas']['CommandResult'];
 type ExitEvent = components['schemas']['ExitEvent'];
 type WatchChangeEvent = components['schemas']['WatchChangeEvent'];
 type Error = components['schemas']['Error'];
+type FoundEntry = components['schemas']['FoundEntry'];
 
 /** Calls every route; answers each call's status and a few values to check. */
 export async function everyRoute(baseUrl: string, token: string, dir: string): Promise<{ statuses: Record<string, number>; values: Record<string, unknown> }> {
@@ -66,13 +67,17 @@ export async function everyRoute(baseUrl: string, token: string, dir: string): P
   const streamed = await text(note('POST /commands/stream', await client.POST('/commands/stream', { body: { cmd: 'echo streamed' }, parseAs: 'stream' })).response.body, true);
   const listed: number | undefined = note('GET /commands', await client.GET('/commands', { params: { query: { finished: true } } })).data?.processes.length;
   const stats: Error | undefined = note('GET /commands/{pid}/stats', await client.GET('/commands/{pid}/stats', { params: { path: { pid } } })).error;
-  note('POST /commands/{pid}/stdin', await client.POST('/commands/{pid}/stdin', { params: { path: { pid } }, body: { data: 'input' } }));
+  note('POST /commands/{pid}/stdin', await client.POST('/commands/{pid}/stdin', { params: { path: { pid } }, body: { data: 'in' } }));
+  // The body's other two forms: bytes as base64, and the bytes themselves (application/octet-stream).
+  await client.POST('/commands/{pid}/stdin', { params: { path: { pid } }, body: { data_base64: btoa('pu') } });
+  await client.POST('/commands/{pid}/stdin', { params: { path: { pid } }, body: new Blob(['t']), ...raw, bodySerializer: (body: unknown) => body });
   note('DELETE /commands/{pid}/stdin', await client.DELETE('/commands/{pid}/stdin', { params: { path: { pid } } }));
-  const waited: CommandResult | undefined = note('GET /commands/{pid}/wait', await client.GET('/commands/{pid}/wait', { params: { path: { pid }, query: { timeout_ms: 120000 } } })).data;
   const attached = await text(note('GET /commands/{pid}/stream', await client.GET('/commands/{pid}/stream', { params: { path: { pid }, query: { from: '0-0' }, header: { 'Last-Event-ID': '0-0' } }, parseAs: 'stream' })).response.body, true);
   const output = note('GET /commands/{pid}/output', await client.GET('/commands/{pid}/output', { params: { path: { pid }, query: { stream: 'stdout' }, header: { Range: 'bytes=0-1' } }, parseAs: 'arrayBuffer' }));
   const kept: string | null = output.response.headers.get('x-envd-kept-bytes');
   const outputBytes: number | undefined = output.data?.byteLength;
+  // After attach and output: a wait collects the command, and a collected command is forgotten.
+  const waited: CommandResult | undefined = note('GET /commands/{pid}/wait', await client.GET('/commands/{pid}/wait', { params: { path: { pid }, query: { timeout_ms: 120000 } } })).data;
   note('POST /commands/{pid}/resize', await client.POST('/commands/{pid}/resize', { params: { path: { pid: ptyPid } }, body: { cols: 100, rows: 30 } }));
   note('POST /commands/{pid}/signal', await client.POST('/commands/{pid}/signal', { params: { path: { pid: ptyPid } }, body: { signal: 'SIGCONT' } }));
   const killed: boolean | undefined = note('DELETE /commands/{pid}', await client.DELETE('/commands/{pid}', { params: { path: { pid: ptyPid } } })).data?.killed;
@@ -84,6 +89,10 @@ export async function everyRoute(baseUrl: string, token: string, dir: string): P
   note('POST /files/batch', await client.POST('/files/batch', { body: { files: [{ path: dir + '/tree/b', data: 'AQID', encoding: 'base64' }] } }));
   note('POST /files', await client.POST('/files', { body: { path: dir + '/c', data: 'text' } }));
   const read: string | undefined = note('GET /files', await client.GET('/files', { params: { query: { path: dir + '/c', encoding: 'utf8' } } })).data?.data;
+  const lines: number | undefined = (await client.GET('/files', { params: { query: { path: dir + '/c', from_line: 1, lines: 1 } } })).data?.total_lines;
+  const searched = await text(note('POST /files/search', await client.POST('/files/search', { body: { path: dir, pattern: 'tex', literal: true }, parseAs: 'stream' })).response.body, true);
+  const found: FoundEntry[] | undefined = note('GET /files/find', await client.GET('/files/find', { params: { query: { path: dir, glob: 'c', type: 'file' } } })).data?.entries;
+  const edited: number | undefined = note('POST /files/edit', await client.POST('/files/edit', { body: { path: dir + '/c', edits: [{ old: 'text', new: 'edited' }] } })).data?.replacements;
   const exists: boolean | undefined = note('GET /files/exists', await client.GET('/files/exists', { params: { query: { path: dir + '/c' } } })).data?.exists;
   const info: EntryInfo | undefined = note('GET /files/info', await client.GET('/files/info', { params: { query: { path: dir + '/c', checksum: 'sha256' } } })).data;
   const archive = note('GET /files/archive', await client.GET('/files/archive', { params: { query: { path: dir + '/tree', format: 'tar' } }, parseAs: 'blob' })).data;
@@ -98,7 +107,7 @@ export async function everyRoute(baseUrl: string, token: string, dir: string): P
   const change: WatchChangeEvent = { type: 'create', path: dir };
   return {
     statuses,
-    values: { version, envs, cpus, doc, result, failure, streamed, listed, stats, waited, attached, kept, outputBytes, killed, uploaded, range, read, exists, info, extracted, entries, moved, made, watched, removed, exit, change },
+    values: { version, envs, cpus, doc, result, failure, streamed, listed, stats, waited, attached, kept, outputBytes, killed, uploaded, range, read, lines, searched, found, edited, exists, info, extracted, entries, moved, made, watched, removed, exit, change },
   };
 }
 `;
@@ -177,6 +186,9 @@ describe('a client generated from the OpenAPI document', () => {
         uploaded: '039058c6f2c0cb492c533b0a4d14ef77cc0f78abccced5287d84a1a2011cfb81',
         range: 'bytes 0-1/3',
         read: 'text',
+        lines: 1,
+        found: [{ name: 'c', type: 'file' }],
+        edited: 1,
         exists: true,
         extracted: 1,
         made: true,
@@ -185,6 +197,10 @@ describe('a client generated from the OpenAPI document', () => {
       expect(values.streamed).toMatch(/event: stdout\n(id: .*\n)?data: \{"stream":"stdout","data":"streamed\\n"\}/);
       expect(values.attached).toContain('event: exit');
       expect(values.watched).toContain('event: ready');
+      expect(values.searched.trim().split('\n').map((line: string) => JSON.parse(line))).toEqual([
+        expect.objectContaining({ type: 'match', path: join(dir, 'work', 'c'), line: 1, text: 'text' }),
+        expect.objectContaining({ type: 'summary', matches: 1 }),
+      ]);
       expect(values.info.sha256).toMatch(/^[0-9a-f]{64}$/);
     } finally {
       rmSync(dir, { recursive: true, force: true });

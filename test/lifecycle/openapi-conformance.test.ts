@@ -54,8 +54,8 @@ const validators = new Map<unknown, ValidateFunction>();
 /** Ran cases by operation key, to check every operation got at least one positive and one negative. */
 const seen = new Map<string, Set<'positive' | 'negative'>>();
 
-/** Pids the cases share: a sleeper with stdin, a pty, a finished background command. */
-const pids = { sleeper: 0, pty: 0, finished: 0, untracked: 9_999_999 };
+/** Pids the cases share: a sleeper with stdin, one without, a pty, a finished background command. */
+const pids = { sleeper: 0, closed: 0, pty: 0, finished: 0, untracked: 9_999_999 };
 
 async function json(method: string, path: string, body?: unknown): Promise<any> {
   const response = await fetch(envd.url + path, { method, headers: { authorization: `Bearer ${TOKEN}`, 'content-type': 'application/json' }, body: JSON.stringify(body) });
@@ -72,8 +72,10 @@ beforeAll(async () => {
   mkdirSync(join(dir, 'tree'));
   writeFileSync(join(dir, 'tree', 'a.txt'), 'hello');
   writeFileSync(join(dir, 'file.txt'), 'hello world');
+  writeFileSync(join(dir, 'edit.txt'), 'one two');
   tar = new Uint8Array(execFileSync('tar', ['-cf', '-', '-C', join(dir, 'tree'), 'a.txt']));
   pids.sleeper = (await json('POST', '/commands', { cmd: 'sleep 600', background: true, stdin: true })).pid;
+  pids.closed = (await json('POST', '/commands', { cmd: 'sleep 600', background: true })).pid;
   pids.pty = (await json('POST', '/commands', { cmd: 'sleep 600', pty: { cols: 80, rows: 24 }, background: true })).pid;
   pids.finished = (await json('POST', '/commands', { cmd: 'echo out; echo err >&2', background: true })).pid;
   // Generous: on a loaded 2-core CI machine a login shell's start alone can take seconds.
@@ -137,6 +139,12 @@ async function exchange(op: Operation, request: Request): Promise<{ status: numb
     valid(content[type].schema, parsed, what);
     return { status: response.status, body: parsed };
   }
+  if (type === 'application/x-ndjson') {
+    const lines = (await response.text()).split('\n').filter((line) => line !== '');
+    expect(lines.length, `${what} lines`).toBeGreaterThan(0);
+    for (const line of lines) valid(content[type].schema, JSON.parse(line), `${what} line`);
+    return { status: response.status, body: lines };
+  }
   if (type === 'text/event-stream') {
     const events = content[type]['x-events'] as JsonObject;
     const names: string[] = [];
@@ -179,6 +187,8 @@ const CASES: Record<string, () => Case[]> = {
   ],
   streamCommand: () => [
     { name: 'output of both streams', status: 200, json: { cmd: 'echo out; echo err >&2' } },
+    { name: 'output as base64', status: 200, json: { cmd: 'printf "\\377"', encoding: 'base64' } },
+    { name: 'an unknown encoding', status: 400, json: { cmd: 'true', encoding: 'latin1' } },
     { name: 'a negative timeout', status: 400, json: { cmd: 'true', timeout: -1 } },
   ],
   listCommands: () => [
@@ -192,6 +202,7 @@ const CASES: Record<string, () => Case[]> = {
   attachCommand: () => [
     { name: 'a finished command replayed', status: 200, pid: pids.finished },
     { name: 'resumed from an id', status: 200, pid: pids.finished, headers: { 'Last-Event-ID': '4-0' } },
+    { name: 'replayed as base64', status: 200, pid: pids.finished, query: { encoding: 'base64' } },
     { name: 'from past the output', status: 416, pid: pids.finished, query: { from: '999999-0' } },
     { name: 'an untracked pid', status: 404 },
   ],
@@ -208,7 +219,10 @@ const CASES: Record<string, () => Case[]> = {
   ],
   writeCommandStdin: () => [
     { name: 'to a reserved stdin', status: 200, pid: pids.sleeper, json: { data: 'input\n' } },
-    { name: 'to a command without stdin', status: 409, pid: pids.finished, json: { data: 'x' } },
+    { name: 'bytes as base64', status: 200, pid: pids.sleeper, json: { data_base64: '/wA=' } },
+    { name: 'the bytes themselves', status: 200, pid: pids.sleeper, body: new Uint8Array([255, 0]), headers: { 'content-type': 'application/octet-stream' } },
+    { name: 'both data and data_base64', status: 400, pid: pids.sleeper, json: { data: 'x', data_base64: 'eA==' } },
+    { name: 'to a command without stdin', status: 409, pid: pids.closed, json: { data: 'x' } },
     { name: 'an untracked pid', status: 404, json: { data: 'x' } },
   ],
   closeCommandStdin: () => [
@@ -252,6 +266,8 @@ const CASES: Record<string, () => Case[]> = {
   ],
   readFile: () => [
     { name: 'text', status: 200, query: { path: join(dir, 'file.txt') } },
+    { name: 'a range of lines', status: 200, query: { path: join(dir, 'file.txt'), from_line: '1', lines: '5' } },
+    { name: 'line 0', status: 400, query: { path: join(dir, 'file.txt'), from_line: '0' } },
     { name: 'a missing file', status: 404, query: { path: join(dir, 'missing') } },
   ],
   removeEntry: () => [
@@ -301,6 +317,23 @@ const CASES: Record<string, () => Case[]> = {
     },
     { name: 'a file', status: 400, json: { path: join(dir, 'file.txt') } },
     { name: 'a missing directory', status: 404, json: { path: join(dir, 'missing') } },
+  ],
+  searchFiles: () => [
+    { name: 'matches, then the summary', status: 200, json: { path: dir, pattern: 'hel+o', context: 1 } },
+    { name: 'nothing found: the summary alone', status: 200, json: { path: dir, pattern: 'absent', literal: true } },
+    { name: 'a relative path', status: 400, json: { path: 'relative', pattern: 'x' } },
+    { name: 'a missing directory', status: 404, json: { path: join(dir, 'missing'), pattern: 'x' } },
+  ],
+  findFiles: () => [
+    { name: 'by a glob', status: 200, query: { path: dir, glob: '*.txt', type: 'any' } },
+    { name: 'an unknown type', status: 400, query: { path: dir, type: 'socket' } },
+    { name: 'a missing directory', status: 404, query: { path: join(dir, 'missing') } },
+  ],
+  editFile: () => [
+    { name: 'one exact replacement', status: 200, json: { path: join(dir, 'edit.txt'), edits: [{ old: 'two', new: 'three' }] } },
+    { name: 'an old text that is not there', status: 409, json: { path: join(dir, 'edit.txt'), edits: [{ old: 'absent', new: 'x' }] } },
+    { name: 'no edits', status: 400, json: { path: join(dir, 'edit.txt'), edits: [] } },
+    { name: 'a missing file', status: 404, json: { path: join(dir, 'missing'), edits: [{ old: 'a', new: 'b' }] } },
   ],
 };
 

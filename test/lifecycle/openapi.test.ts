@@ -207,7 +207,7 @@ describe('the OpenAPI document, for client generators', () => {
       expect(media.schema.description, key).toMatch(/Last-Event-ID|no `id:`/);
       return media['x-events'];
     };
-    const command = { start: 'StartEvent', stdout: 'OutputEvent', stderr: 'OutputEvent', truncated: 'TruncatedEvent', exit: 'ExitEvent' };
+    const command = { start: 'StartEvent', stdout: 'OutputEvent', stderr: 'OutputEvent', truncated: 'TruncatedEvent', exit: 'ExitEvent', error: 'Error' };
     for (const key of ['POST /commands/stream', 'GET /commands/{pid}/stream']) {
       expect(events(key), key).toEqual(Object.fromEntries(Object.entries(command).map(([event, name]) => [event, { $ref: `#/components/schemas/${name}` }])));
     }
@@ -228,5 +228,12 @@ describe('the OpenAPI document, for client generators', () => {
     for (const key of ['PUT /files/raw', 'PUT /files/archive', 'GET /commands/{pid}/wait']) expect(statuses(key), key).toContain('408');
     for (const { key } of operations(document)) expect(statuses(key), key).toContain('503');
     for (const { key } of operations(document)) expect(statuses(key).filter((status) => /X/i.test(status)), `${key} declares statuses one by one`).toEqual([]);
+    for (const key of ['POST /files/edit', 'POST /files/search', 'GET /files/find']) expect(statuses(key), key).toEqual(expect.arrayContaining(['400', '403', '404']));
+    expect(statuses('POST /files/edit')).toEqual(expect.arrayContaining(['409', '413', '507']));
+    // Work that takes its share of the memory budget says when to retry (src/memory-budget.ts).
+    const budgeted = ['POST /commands/stream', 'GET /commands/{pid}/stream', 'PUT /files/raw', 'GET /files/raw', 'GET /files/archive', 'PUT /files/archive', 'POST /files/watch'];
+    for (const { key, path, operation } of operations(document)) {
+      expect(Object.keys(operation.responses['503'].headers ?? {}), `${key} (${path})`).toEqual(budgeted.includes(key) ? ['Retry-After'] : []);
+    }
   });
 });

@@ -63,7 +63,7 @@ export const searchRoutes: FastifyPluginAsyncTypebox<{ state: SandboxState }> = 
         summary: 'Search file contents (ripgrep semantics); NDJSON lines streamed as found, then a summary',
         body: S.SearchBody,
         produces: ['application/x-ndjson'],
-        response: { 200: S.SearchLines, ...errors(400, 403, 404) },
+        response: { 200: S.SearchLine, ...errors(400, 403, 404) },
       },
     },
     async (request, reply) => {

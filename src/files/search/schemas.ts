@@ -1,4 +1,5 @@
 import { Type } from '@sinclair/typebox';
+import { Entry } from '../schemas.js';
 
 /** Bounds on a request's size and the work it can ask for; each is enforced by the schema and tested at its edge. */
 export const MAX_PATTERN_CHARS = 10_000;
@@ -43,9 +44,48 @@ export const FindQuery = Type.Object({
   username: Type.Optional(Username),
 });
 
-/** What POST /files/search streams (documentation only). */
-export const SearchLines = Type.Unknown({
-  description: 'application/x-ndjson: one {type:"match",path,line,column,text,before,after} per matching line, then {type:"summary",files_scanned,files_matched,matches,truncated,timed_out,elapsed_ms}',
-});
+const PathBase64 = Type.Optional(Type.String({ description: 'the exact bytes of a path that is not UTF-8 (`path` shows U+FFFD in their place)' }));
+
+/**
+ * One line of what POST /files/search streams (documentation only: the route
+ * writes NDJSON itself): a match per matching line, then the summary.
+ */
+export const SearchLine = Type.Union(
+  [
+    Type.Object(
+      {
+        type: Type.Literal('match'),
+        path: Type.String(),
+        path_base64: PathBase64,
+        line: Type.Integer({ description: '1-based line number' }),
+        column: Type.Integer({ description: '1-based byte offset of the first match in the line (ripgrep --column)' }),
+        text: Type.String(),
+        before: Type.Array(Type.String(), { description: '`context` lines before' }),
+        after: Type.Array(Type.String(), { description: '`context` lines after' }),
+      },
+      { title: 'SearchMatch' },
+    ),
+    Type.Object(
+      {
+        type: Type.Literal('summary'),
+        files_scanned: Type.Integer(),
+        files_matched: Type.Integer(),
+        matches: Type.Integer(),
+        truncated: Type.Boolean({ description: 'max_results was reached, or the time ran out (timed_out)' }),
+        timed_out: Type.Boolean(),
+        elapsed_ms: Type.Integer(),
+      },
+      { title: 'SearchSummary' },
+    ),
+  ],
+  { description: 'application/x-ndjson: one SearchMatch line per matching line as it is found, then one SearchSummary line' },
+);
+
 /** What GET /files/find streams (documentation only: written entry by entry). */
-export const FoundEntries = Type.Unknown({ description: 'application/json: {entries: [entry info...], truncated}' });
+export const FoundEntries = Type.Object(
+  {
+    entries: Type.Array(Type.Composite([Entry, Type.Object({ path_base64: PathBase64 })], { title: 'FoundEntry' })),
+    truncated: Type.Boolean({ description: 'max_results was reached' }),
+  },
+  { title: 'FoundEntries' },
+);
