@@ -11,7 +11,7 @@ import type { ClockSetter } from './lifecycle/clock.js';
 import type { OpenApiSource } from './lifecycle/openapi-source.js';
 import { lifecycleRoutes } from './lifecycle/routes.js';
 import { closeAfterLingering } from './lingering-close.js';
-import { MemoryBudget, type MemoryPart } from './memory-budget.js';
+import { MemoryBudget, splitOf, type MemoryPart } from './memory-budget.js';
 import { lazyRequestLogger } from './request-logger.js';
 import type { Logger } from './logger.js';
 import { SandboxState } from './sandbox-state.js';
@@ -53,7 +53,7 @@ const REQUEST_ID = /^[\w.:-]{1,64}$/;
 
 type ValidatorFactory = NonNullable<NonNullable<NonNullable<FastifyServerOptions['schemaController']>['compilersFactory']>['buildValidator']>;
 
-export async function buildApp({ config, logger, state = new SandboxState(config, runningUserName()), setClock, openApi, cgroups, memoryBudget = new MemoryBudget() }: AppDeps): Promise<App> {
+export async function buildApp({ config, logger, state = new SandboxState(config, runningUserName()), setClock, openApi, cgroups, memoryBudget = new MemoryBudget(splitOf(config.clientMemoryBytes)) }: AppDeps): Promise<App> {
   const app = Fastify({
     loggerInstance: logger,
     // One line per request, written by the onResponse hook below, instead of fastify's two.

@@ -2,6 +2,7 @@ import { readFileSync } from 'node:fs';
 import { homedir, tmpdir } from 'node:os';
 import { isAbsolute, join } from 'node:path';
 import { parseArgs } from 'node:util';
+import { MEMORY_BUDGET_BYTES } from './memory-budget.js';
 
 export const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;
 export type LogLevel = (typeof LOG_LEVELS)[number];
@@ -9,6 +10,8 @@ export type LogLevel = (typeof LOG_LEVELS)[number];
 export const DEFAULT_PORT = 49983;
 export const DEFAULT_MAX_OUTPUT_BYTES = 64 * 1024 * 1024;
 export const DEFAULT_OUTPUT_MEMORY_BYTES = 32 * 1024 * 1024;
+/** The smallest --client-memory-bytes: each part of the budget, scaled, still holds its largest reservation. */
+export const MIN_CLIENT_MEMORY_BYTES = MEMORY_BUDGET_BYTES / 2;
 export const DEFAULT_MAX_SPOOL_BYTES = 1024 * 1024 * 1024;
 /** How long a finished command's exit and kept output stay readable (seconds). */
 export const DEFAULT_KEEP_FINISHED_SECONDS = 600;
@@ -48,6 +51,8 @@ export interface Config {
   readonly maxOutputBytes: number;
   /** All kept output of all commands held in memory (the state dir's tmpfs), together. */
   readonly outputMemoryBytes: number;
+  /** What envd may hold for clients at once (src/memory-budget.ts), split in its proportions. */
+  readonly clientMemoryBytes: number;
   /** Kept output past the memory budget goes here, on disk. */
   readonly spoolDir: string;
   /** All spooled output together; past it output is dropped and marked truncated. */
@@ -91,6 +96,8 @@ Options (each also read from the environment variable shown):
   --default-workdir <path>    ENVD_DEFAULT_WORKDIR    working directory for commands (default: the user's home)
   --max-output-bytes <n>      ENVD_MAX_OUTPUT_BYTES   output kept per stream per command (default ${DEFAULT_MAX_OUTPUT_BYTES})
   --output-memory-bytes <n>   ENVD_OUTPUT_MEMORY_BYTES  kept output of all commands held in memory (default ${DEFAULT_OUTPUT_MEMORY_BYTES})
+  --client-memory-bytes <n>   ENVD_CLIENT_MEMORY_BYTES  what envd holds for clients at once: streams, transfers, archives,
+                                                      watches; past it new work waits, then 503 (default ${MEMORY_BUDGET_BYTES})
   --spool-dir <path>          ENVD_SPOOL_DIR          kept output past the memory budget, on disk
                                                       (default /var/lib/envd/spool as root, else ~/.cache/envd/spool)
   --max-spool-bytes <n>       ENVD_MAX_SPOOL_BYTES    all spooled output together (default ${DEFAULT_MAX_SPOOL_BYTES})
@@ -121,6 +128,7 @@ const OPTIONS = {
   'default-workdir': { type: 'string', env: 'ENVD_DEFAULT_WORKDIR' },
   'max-output-bytes': { type: 'string', env: 'ENVD_MAX_OUTPUT_BYTES' },
   'output-memory-bytes': { type: 'string', env: 'ENVD_OUTPUT_MEMORY_BYTES' },
+  'client-memory-bytes': { type: 'string', env: 'ENVD_CLIENT_MEMORY_BYTES' },
   'spool-dir': { type: 'string', env: 'ENVD_SPOOL_DIR' },
   'max-spool-bytes': { type: 'string', env: 'ENVD_MAX_SPOOL_BYTES' },
   'state-dir': { type: 'string', env: 'ENVD_STATE_DIR' },
@@ -164,7 +172,7 @@ export function parseCli(argv: string[], env: NodeJS.ProcessEnv): CliAction {
   const maxOutput = parseInteger(read('max-output-bytes') ?? String(DEFAULT_MAX_OUTPUT_BYTES), 1, Number.MAX_SAFE_INTEGER);
   if (maxOutput === undefined) problems.push(`${describe('max-output-bytes')} must be a positive integer, got ${JSON.stringify(read('max-output-bytes'))}`);
 
-  const byteOption = (name: 'output-memory-bytes' | 'max-spool-bytes', fallback: number, min: number) => {
+  const byteOption = (name: 'output-memory-bytes' | 'max-spool-bytes' | 'client-memory-bytes', fallback: number, min: number) => {
     const value = parseInteger(read(name) ?? String(fallback), min, Number.MAX_SAFE_INTEGER);
     if (value === undefined) problems.push(`${describe(name)} must be an integer of at least ${min}, got ${JSON.stringify(read(name))}`);
     return value;
@@ -172,6 +180,8 @@ export function parseCli(argv: string[], env: NodeJS.ProcessEnv): CliAction {
   // 0 is allowed: no memory tier (everything kept goes to the spool), or no spool (kept output stops at the memory budget).
   const outputMemory = byteOption('output-memory-bytes', DEFAULT_OUTPUT_MEMORY_BYTES, 0);
   const maxSpool = byteOption('max-spool-bytes', DEFAULT_MAX_SPOOL_BYTES, 0);
+  // At least half the default: every part must still hold the largest piece of work it takes (an archive upload's 4 MiB).
+  const clientMemory = byteOption('client-memory-bytes', MEMORY_BUDGET_BYTES, MIN_CLIENT_MEMORY_BYTES);
   const dirs = defaultDirs(process.getuid?.() ?? 0, env);
   const dirOption = (name: 'spool-dir' | 'state-dir', fallback: string) => {
     const value = read(name) ?? fallback;
@@ -235,6 +245,7 @@ export function parseCli(argv: string[], env: NodeJS.ProcessEnv): CliAction {
       defaultWorkdir: workdir,
       maxOutputBytes: maxOutput!,
       outputMemoryBytes: outputMemory!,
+      clientMemoryBytes: clientMemory!,
       spoolDir,
       maxSpoolBytes: maxSpool!,
       stateDir,

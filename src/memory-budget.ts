@@ -13,9 +13,9 @@ const MIB = 1024 * 1024;
 export const MEMORY_SPLIT = {
   /** Stream and attach clients: one holder message and one event in flight each (a stalled reader holds no more). */
   streams: 24 * MIB,
-  /** Downloads (a ring of four 1 MiB buffers each) and uploads that go through Node (under 1 MiB, or chunked). */
+  /** Downloads (the one chunk a client has not taken) and uploads that go through Node (under 1 MiB, or chunked). */
   transfers: 16 * MIB,
-  /** Archives: a download's 1 MiB pieces, an upload's relayed input and its two 1 MiB write buffers. */
+  /** Archives: a download's piece (and gzip's state), an upload's relayed input and its two 1 MiB write buffers. */
   archives: 8 * MIB,
   /** Watch clients: their events on the way and what the registry keeps per directory. */
   watches: 4 * MIB,
@@ -26,12 +26,22 @@ export type MemoryPart = keyof typeof MEMORY_SPLIT;
 /** The whole budget: the sum of the split. */
 export const MEMORY_BUDGET_BYTES = Object.values(MEMORY_SPLIT).reduce((a, b) => a + b, 0);
 
+/** The split of a budget of `total` bytes, in MEMORY_SPLIT's proportions (--client-memory-bytes). */
+export function splitOf(total: number): Record<MemoryPart, number> {
+  const scale = total / MEMORY_BUDGET_BYTES;
+  return Object.fromEntries(Object.entries(MEMORY_SPLIT).map(([part, bytes]) => [part, Math.floor(bytes * scale)])) as Record<MemoryPart, number>;
+}
+
 /** What one piece of work of each kind reserves. */
 export const RESERVE_BYTES = {
   stream: 192 * 1024,
-  download: 4 * MIB,
+  /** A raw download reads no further ahead than the chunk its client has not taken (0.82-0.92 MiB measured stalled, issue 36). */
+  download: MIB,
   upload: 256 * 1024,
-  archive: 4 * MIB,
+  /** A tar download pins one piece; a tar.gz one a piece and gzip's state (1.4-1.5 MiB measured stalled). */
+  archiveDownload: 2 * MIB,
+  /** An archive upload: its relayed input and its two 1 MiB write buffers. */
+  archiveUpload: 4 * MIB,
   watch: 16 * 1024,
 } as const;
 

@@ -2,7 +2,8 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { ConfigError, DEFAULT_MAX_OUTPUT_BYTES, defaultDirs, parseCli } from '../src/config.js';
+import { ConfigError, DEFAULT_MAX_OUTPUT_BYTES, defaultDirs, MIN_CLIENT_MEMORY_BYTES, parseCli } from '../src/config.js';
+import { RESERVE_BYTES, splitOf } from '../src/memory-budget.js';
 
 // One scratch directory for the whole file, removed at the end.
 const scratch = mkdtempSync(join(tmpdir(), 'envd-config-'));
@@ -29,7 +30,7 @@ describe('parseCli', () => {
     expect(run([])).toEqual({
       host: '0.0.0.0', port: 49983, accessToken: undefined, accessTokenFile: undefined, defaultUser: undefined,
       defaultWorkdir: undefined, maxOutputBytes: DEFAULT_MAX_OUTPUT_BYTES, logLevel: 'info', directOutput: true,
-      outputMemoryBytes: 33554432, maxSpoolBytes: 1073741824, keepFinishedMs: 600_000, keepCollectedMs: 0, ...defaultDirs(process.getuid!(), {}),
+      outputMemoryBytes: 33554432, clientMemoryBytes: 52 * 1024 * 1024, maxSpoolBytes: 1073741824, keepFinishedMs: 600_000, keepCollectedMs: 0, ...defaultDirs(process.getuid!(), {}),
       entrypointFile: undefined, reserveMemoryBytes: 128 * 1024 * 1024, commandCgroups: 'auto',
     });
     expect(DEFAULT_MAX_OUTPUT_BYTES).toBe(67108864);
@@ -73,6 +74,16 @@ describe('parseCli', () => {
       stateDir: '/run/user/1000/envd',
       spoolDir: '/home/a/.cache/envd/spool',
     });
+  });
+
+  it('takes --client-memory-bytes (the budget for clients) from half its default up, naming the option when lower', () => {
+    expect(run(['--client-memory-bytes', String(MIN_CLIENT_MEMORY_BYTES)]).clientMemoryBytes).toBe(MIN_CLIENT_MEMORY_BYTES);
+    expect(run([], { ENVD_CLIENT_MEMORY_BYTES: '1073741824' }).clientMemoryBytes).toBe(1073741824);
+    expect(problems(['--client-memory-bytes', String(MIN_CLIENT_MEMORY_BYTES - 1)]).join('\n')).toMatch(new RegExp(`--client-memory-bytes.*at least ${MIN_CLIENT_MEMORY_BYTES}`));
+    // Scaled, every part still holds the largest piece of work it takes.
+    const smallest = splitOf(MIN_CLIENT_MEMORY_BYTES);
+    expect(smallest.archives).toBeGreaterThanOrEqual(RESERVE_BYTES.archiveUpload);
+    expect(smallest.transfers).toBeGreaterThanOrEqual(RESERVE_BYTES.download);
   });
 
   it('reads the output budgets and the directories, and refuses bad ones', () => {

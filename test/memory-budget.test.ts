@@ -15,7 +15,8 @@ describe('MemoryBudget', () => {
     expect(MEMORY_BUDGET_BYTES).toBe(Object.values(MEMORY_SPLIT).reduce((a, b) => a + b, 0));
     expect(MEMORY_BUDGET_BYTES).toBeLessThanOrEqual(64 * MIB);
     expect(RESERVE_BYTES.download).toBeLessThanOrEqual(MEMORY_SPLIT.transfers);
-    expect(RESERVE_BYTES.archive).toBeLessThanOrEqual(MEMORY_SPLIT.archives);
+    expect(RESERVE_BYTES.archiveUpload).toBeLessThanOrEqual(MEMORY_SPLIT.archives);
+    expect(RESERVE_BYTES.archiveDownload).toBeLessThanOrEqual(MEMORY_SPLIT.archives);
     // The stress suite's 100 stalled streams and 200 watches fit their parts.
     expect(100 * RESERVE_BYTES.stream).toBeLessThanOrEqual(MEMORY_SPLIT.streams);
     expect(200 * RESERVE_BYTES.watch).toBeLessThanOrEqual(MEMORY_SPLIT.watches);

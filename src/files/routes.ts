@@ -183,7 +183,7 @@ export const fileRoutes: FastifyPluginAsyncTypebox<FileRoutesOptions> = async (a
   app.get(
     '/archive',
     {
-      config: { memory: { part: 'archives', bytes: RESERVE_BYTES.archive } },
+      config: { memory: { part: 'archives', bytes: RESERVE_BYTES.archiveDownload } },
       schema: {
         summary: 'Download a directory tree as tar or tar.gz (streamed: modes, mtimes, owners, symlinks not followed)',
         querystring: S.ArchiveQuery,
@@ -208,7 +208,7 @@ export const fileRoutes: FastifyPluginAsyncTypebox<FileRoutesOptions> = async (a
     {
       // No limit but the disk (extractArchive refuses what would fill it: 413).
       bodyLimit: Number.MAX_SAFE_INTEGER,
-      config: { memory: { part: 'archives', bytes: RESERVE_BYTES.archive } },
+      config: { memory: { part: 'archives', bytes: RESERVE_BYTES.archiveUpload } },
       schema: {
         summary: 'Extract a streamed tar or tar.gz into a directory, all or nothing (mode create, merge or replace)',
         querystring: S.ExtractQuery,

@@ -5,6 +5,7 @@ import { join } from 'node:path';
 import { Writable } from 'node:stream';
 import { buildApp, type App, type AppDeps } from '../../src/app.js';
 import { DEFAULT_KEEP_FINISHED_SECONDS, DEFAULT_MAX_OUTPUT_BYTES, DEFAULT_MAX_SPOOL_BYTES, DEFAULT_OUTPUT_MEMORY_BYTES, type Config } from '../../src/config.js';
+import { MEMORY_BUDGET_BYTES } from '../../src/memory-budget.js';
 import { generatedOpenApi } from '../../src/lifecycle/openapi.js';
 import { createLogger } from '../../src/logger.js';
 
@@ -34,6 +35,7 @@ export function testConfig(overrides: Partial<Config> = {}): Config {
     defaultWorkdir: undefined,
     maxOutputBytes: DEFAULT_MAX_OUTPUT_BYTES,
     outputMemoryBytes: DEFAULT_OUTPUT_MEMORY_BYTES,
+    clientMemoryBytes: MEMORY_BUDGET_BYTES,
     maxSpoolBytes: DEFAULT_MAX_SPOOL_BYTES,
     // Placeholders that cannot be created (under a file): startServer gives every server its own
     // temporary directories, and an app built from testConfig() alone fails instead of writing real paths.
