@@ -196,7 +196,7 @@ describe('a client generated from the OpenAPI document', () => {
       });
       expect(values.streamed).toMatch(/event: stdout\n(id: .*\n)?data: \{"stream":"stdout","data":"streamed\\n"\}/);
       expect(values.attached).toContain('event: exit');
-      expect(values.watched).toContain('event: ready');
+      expect(values.watched).toContain('event:ready');
       expect(values.searched.trim().split('\n').map((line: string) => JSON.parse(line))).toEqual([
         expect.objectContaining({ type: 'match', path: join(dir, 'work', 'c'), line: 1, text: 'text' }),
         expect.objectContaining({ type: 'summary', matches: 1 }),

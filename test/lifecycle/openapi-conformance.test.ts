@@ -402,7 +402,7 @@ describe('envd answers as its OpenAPI document says', () => {
     const reader = watch.body!.getReader();
     const first = new TextDecoder().decode((await reader.read()).value);
     await reader.cancel();
-    expect(first).toContain('event: ready');
+    expect(first).toContain('event:ready');
     expect(first).not.toMatch(/^id:/m);
     expect(first).not.toMatch(/^retry:/m);
   });

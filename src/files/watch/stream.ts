@@ -123,9 +123,9 @@ export async function streamWatch(armed: ArmedWatch, req: IncomingMessage, res: 
 }
 
 /**
- * One event: `event:` and one JSON `data:` line, no `id:`. better-sse's push would add a random id,
+ * One event: `event:` and one JSON `data:` line, no `id:`, spelled as better-sse spells its own (no space after the colon). better-sse's push would add a random id,
  * which an EventSource-like client sends back as Last-Event-ID for nothing (docs/api.md, "Events").
  */
 function push(res: ServerResponse, event: 'ready' | 'change' | 'error', data: unknown): void {
-  res.write(`event: ${event}\ndata: ${JSON.stringify(data)}\n\n`);
+  res.write(`event:${event}\ndata:${JSON.stringify(data)}\n\n`);
 }
