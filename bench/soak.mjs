@@ -15,7 +15,8 @@
 // --report writes a vitest-shaped JSON report (.ci/count.mjs adds it to CI's
 // "N passed, M failed" line); --log keeps envd's log (warnings and errors) in
 // a file (at --log-level, warn by default); --streams N runs N stream workers
-// instead of one; --bundle runs node dist/envd.js instead of the single executable.
+// instead of one; --bundle runs node dist/envd.js instead of the single executable;
+// --judge-latency health,true names the probes whose p99 fails the run (both by default).
 import { closeSync, openSync, writeFileSync } from 'node:fs';
 import { Agent } from 'node:http';
 import { parseArgs } from 'node:util';
@@ -45,7 +46,9 @@ const USER = process.getuid?.() === 0 ? 'nobody' : undefined;
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 const mib = (bytes) => (bytes / MIB).toFixed(1);
 
-const { values: opts } = parseArgs({ options: { minutes: { type: 'string', default: '10' }, report: { type: 'string' }, log: { type: 'string' }, 'log-level': { type: 'string', default: 'warn' }, streams: { type: 'string', default: '1' }, bundle: { type: 'boolean', default: false } } });
+const { values: opts } = parseArgs({ options: { minutes: { type: 'string', default: '10' }, report: { type: 'string' }, log: { type: 'string' }, 'log-level': { type: 'string', default: 'warn' }, streams: { type: 'string', default: '1' }, bundle: { type: 'boolean', default: false }, 'judge-latency': { type: 'string', default: 'health,true' } } });
+/** The probes whose p99 fails the soak; the others are printed only (CI judges /health alone: see .ci/run). */
+const judged = new Set(opts['judge-latency'].split(',').filter(Boolean));
 const minutes = Number(opts.minutes);
 if (!(minutes > 0)) throw new Error('--minutes must be a positive number');
 
@@ -216,7 +219,10 @@ async function main() {
       // Minutes with samples only: the last one may have ended as the load did.
       const worst = Math.max(...rows.filter((r) => r[probe].length > 0).map((r) => percentile(r[probe], 0.99)));
       const allowed = Math.max(LATENCY_FACTOR * idleP99[probe], LATENCY_FLOOR_MS);
-      check(`${probe === 'health' ? '/health' : '`true`'} p99 <= ${LATENCY_FACTOR}x idle (or ${LATENCY_FLOOR_MS} ms) every minute`, worst <= allowed, `idle ${idleP99[probe].toFixed(1)} ms, worst minute ${worst.toFixed(1)} ms`);
+      const name = `${probe === 'health' ? '/health' : '`true`'} p99 <= ${LATENCY_FACTOR}x idle (or ${LATENCY_FLOOR_MS} ms) every minute`;
+      const detail = `idle ${idleP99[probe].toFixed(1)} ms, worst minute ${worst.toFixed(1)} ms`;
+      if (judged.has(probe)) check(name, worst <= allowed, detail);
+      else console.log(`${worst <= allowed ? 'ok  ' : 'over'} (reported, not judged) ${name}: ${detail}`);
     }
 
     // Leaks, with the client's connections closed: no kind of descriptor above idle.
