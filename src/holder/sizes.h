@@ -65,7 +65,7 @@
 /* Room in front of an event's text (the chunk size line, the event's lines and prefix), and after it (suffix, CRLF). */
 #define EVENT_HEAD 128
 #define EVENT_TAIL 8
-/* The longest of those lines: the stream with the longer name, both ids the largest u64. */
+/* The longest of those lines: either stream (both names have 6 letters), both ids the largest u64. */
 #define EVENT_PREFIX_MAX (sizeof "event: stdout\nid: 18446744073709551615-18446744073709551615\ndata: {\"stream\":\"stdout\",\"data\":\"" - 1)
 #define EVENT_SUFFIX_MAX (sizeof "\"}\n\n" - 1)
 /* The lent socket's event buffer: head room, a direct read's text, tail room. */
