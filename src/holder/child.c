@@ -35,11 +35,11 @@ static void install_fd(int from, int to, int err_fd) {
   if (dup2(from, to) < 0) fail_child(err_fd, CHILD_EXIT_STDIO, "cannot set up fd ", to == 0 ? "0" : to == 1 ? "1" : "2");
 }
 
-void run_child(const struct child_setup *setup) {
-  int in_fd = setup->in_fd, out_fd = setup->out_fd, err_fd = opt.pty ? setup->out_fd : setup->err_fd;
+void run_child(const struct child_setup *setup, const struct options *opt) {
+  int in_fd = setup->in_fd, out_fd = setup->out_fd, err_fd = opt->pty ? setup->out_fd : setup->err_fd;
   /* Never fails in a fresh fork (only a group leader cannot), but a command in envd's session must not run. */
   if (setsid() < 0) fail_child(err_fd, CHILD_EXIT_SESSION, "setsid", "");
-  if (opt.pty) {
+  if (opt->pty) {
     int t = open(setup->slave_name, O_RDWR); /* a session leader without a terminal acquires this one */
     if (t < 0) t = out_fd;                   /* the slave the holder opened: TIOCSCTTY makes it ours all the same */
     if (ioctl(t, TIOCSCTTY, 0) < 0) fail_child(t, CHILD_EXIT_TERMINAL, "cannot make ", setup->slave_name);
@@ -76,24 +76,24 @@ void run_child(const struct child_setup *setup) {
    * tree) before anything of the user's runs; the holder itself stays outside,
    * so that killing the cgroup never takes the one who reports the exit.
    */
-  if (opt.cgroup) {
+  if (opt->cgroup) {
     char procs[4096];
     int fd = -1;
-    if ((size_t)snprintf(procs, sizeof procs, "%s/cgroup.procs", opt.cgroup) < sizeof procs) fd = open(procs, O_WRONLY | O_CREAT | O_CLOEXEC, 0644); /* O_CREAT: a test's plain-file layout; cgroupfs has it */
-    if (fd < 0 || write(fd, "0", 1) != 1) fail_child(2, CHILD_EXIT_CGROUP, "cannot join the command's cgroup ", opt.cgroup);
+    if ((size_t)snprintf(procs, sizeof procs, "%s/cgroup.procs", opt->cgroup) < sizeof procs) fd = open(procs, O_WRONLY | O_CREAT | O_CLOEXEC, 0644); /* O_CREAT: a test's plain-file layout; cgroupfs has it */
+    if (fd < 0 || write(fd, "0", 1) != 1) fail_child(2, CHILD_EXIT_CGROUP, "cannot join the command's cgroup ", opt->cgroup);
     close(fd);
   }
   /*
    * The user last, once the terminal, stdio and the OOM score are set up as root (after setuid /proc/self is
    * root's again, the process no longer being dumpable): groups, then gid, then uid, after which none can change.
    */
-  if (opt.switch_user) {
-    if (setgroups(opt.group_count, opt.groups) < 0) fail_child(2, CHILD_EXIT_USER, "cannot set the supplementary groups", "");
-    if (setgid(opt.gid) < 0) fail_child(2, CHILD_EXIT_USER, "cannot set the group id", "");
-    if (setuid(opt.uid) < 0) fail_child(2, CHILD_EXIT_USER, "cannot set the user id", "");
+  if (opt->switch_user) {
+    if (setgroups(opt->group_count, opt->groups) < 0) fail_child(2, CHILD_EXIT_USER, "cannot set the supplementary groups", "");
+    if (setgid(opt->gid) < 0) fail_child(2, CHILD_EXIT_USER, "cannot set the group id", "");
+    if (setuid(opt->uid) < 0) fail_child(2, CHILD_EXIT_USER, "cannot set the user id", "");
   }
   /* Everything of the holder's is O_CLOEXEC already; this is belt and braces. It also closes the start pipe. */
   close_fds_from(3);
-  execvp(opt.argv[0], opt.argv);
-  fail_child(2, errno == ENOENT ? CHILD_EXIT_NOT_FOUND : CHILD_EXIT_NOT_RUN, "cannot run ", opt.argv[0]);
+  execvp(opt->argv[0], opt->argv);
+  fail_child(2, errno == ENOENT ? CHILD_EXIT_NOT_FOUND : CHILD_EXIT_NOT_RUN, "cannot run ", opt->argv[0]);
 }

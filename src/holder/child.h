@@ -31,6 +31,7 @@ struct child_setup {
   mode_t umask;
 };
 
-void run_child(const struct child_setup *setup) __attribute__((noreturn));
+struct options;
+void run_child(const struct child_setup *setup, const struct options *opt) __attribute__((noreturn));
 
 #endif

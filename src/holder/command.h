@@ -1,7 +1,7 @@
 /*
- * command.h — the command a holder runs, as the holder's units share it: its
- * process and how it ended, its output sources, its stdin
- * (docs/holder-protocol.md, "Invocation" and "Ending").
+ * command.h — the command a holder runs: its process and how it ended, its
+ * output sources, its stdin (docs/holder-protocol.md, "Invocation" and
+ * "Ending"). The loop owns it (holder.h); units below it get a pointer.
  */
 #ifndef ENVD_COMMAND_H
 #define ENVD_COMMAND_H
@@ -31,8 +31,8 @@ struct command {
   int pty_fd;   /* the master: output source and stdin sink at once; -1 without a pty */
   int stdin_fd; /* the pipe's write end, or pty_fd; -1 without stdin */
   int stdin_closed;
+  int signal_fd; /* the signalfd that reports SIGCHLD, made by start */
+  int status_fd; /* status.tmp, opened at start with its first page taken, so a full state fs cannot stop the status */
 };
-
-extern struct command command;
 
 #endif

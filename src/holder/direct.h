@@ -18,37 +18,38 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "json-text.h"
+#include "sizes.h" /* DIRECT_READ, DIRECT_TEXT_CAP, DIRECT_BUF */
 
-#define DIRECT_READ 61440 /* one read of the command's output while direct: it always becomes one event */
-/* Room for the text of a whole read: json_text then takes every byte of it (json-text.h). */
-#define DIRECT_TEXT_CAP JSON_TEXT_ROOM(DIRECT_READ)
+/* The lent socket and the event under way on it. */
+struct direct {
+  int fd;      /* the client's socket, or -1 */
+  int chunked; /* envd's response uses chunked transfer coding: each event is one chunk */
+  int closing; /* DIRECT_OFF came while an event was half written: the socket goes back once it is out */
+  const unsigned char *next;
+  size_t left; /* bytes of the current event not yet written */
+  unsigned char buf[DIRECT_BUF];
+};
 
-enum { DIRECT_ENDED_OFF = 0, DIRECT_ENDED_REFUSED = 1, DIRECT_ENDED_FAILED = 2 };
+enum { DIRECT_TAKEN = 0, DIRECT_NOT_ALLOWED = -1, DIRECT_GONE = -2 };
 
-/* DIRECT_ON: takes fd `fd` of process `pid` (envd) if it is still the socket of `inode`; READY or ENDED answers. */
-void start_direct(pid_t pid, int fd, uint64_t inode, int chunked);
-/* DIRECT_OFF: the socket goes back once the event under way is out. */
-void stop_direct(void);
-/* DIRECT_PING: a keep-alive comment, unless an event is under way. */
-void ping_direct(void);
-/* Gives the socket back now (output complete, or the event under way is out) with DIRECT_ENDED. */
-void end_direct(int reason);
-/* Drops the socket without a word (LIVE_OFF, the link gone). */
-void direct_close(void);
+/*
+ * DIRECT_ON: takes fd `fd` of process `pid` (envd) if it is still the socket of `inode`. DIRECT_NOT_ALLOWED:
+ * this holder may not take envd's fds at all; DIRECT_GONE: that client is leaving.
+ */
+int direct_take(struct direct *d, pid_t pid, int fd, uint64_t inode, int chunked);
+/* Drops the socket without a word (given back, LIVE_OFF, the link gone). */
+void direct_close(struct direct *d);
 
 /* Where json_text may write the text of the next event (DIRECT_TEXT_CAP bytes). */
-unsigned char *direct_text(void);
+unsigned char *direct_text(struct direct *d);
 /*
  * Frames the text of length `len` at direct_text() as the next event of `stream`, with the SSE id of the
- * position after it (text_offset of both streams), and writes what the socket takes.
+ * position after it (the text offsets of both streams), and writes what the socket takes: as direct_flush.
  */
-void send_direct(int stream, size_t len, uint64_t out_offset, uint64_t err_offset);
-/* Bytes of the event under way not yet written: output waits for them. */
-size_t direct_unsent(void);
-/* The lent socket, for POLLOUT while an event is under way. */
-int direct_fd(void);
-/* Continues the event under way on POLLOUT. */
-void write_direct(void);
+int direct_send(struct direct *d, int stream, size_t len, uint64_t out_offset, uint64_t err_offset);
+/* DIRECT_PING: a keep-alive comment, written as direct_send writes an event. */
+int direct_ping(struct direct *d);
+/* Writes what the socket takes of the event under way: 1 when it is out, 0 when the rest waits for POLLOUT, -1 on error. */
+int direct_flush(struct direct *d);
 
 #endif

@@ -12,8 +12,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define EVENT_HEAD 128 /* room in front of the text: the chunk size line, the event's lines and prefix */
-#define EVENT_TAIL 8   /* room after it: the event's suffix and the chunk's CRLF */
+#include "sizes.h" /* EVENT_HEAD, EVENT_TAIL */
+
 
 /* An event's SSE id, `<stdout>-<stderr>`: how far each stream's text has gone out with it (docs/api.md). */
 struct event_id {

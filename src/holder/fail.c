@@ -10,9 +10,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "command.h"
-#include "live.h"
 #include "util.h"
+
+/* What a failure must leave nothing of: only fail.c reads these. */
+static pid_t kill_pid = -1;
+static const char *unlink_path;
+
+void fail_kills(pid_t pid) { kill_pid = pid; }
+void fail_unlinks(const char *path) { unlink_path = path; }
 
 void fail(const char *fmt, ...) {
   int saved = errno;
@@ -27,11 +32,11 @@ void fail(const char *fmt, ...) {
   line[len++] = '\n';
   (void)write_all(STDOUT_FILENO, line, (size_t)len);
   /* Leave nothing behind that could look like a live command. */
-  if (command.shell_pid > 0) {
-    kill(-command.shell_pid, SIGKILL); /* it leads its own group by now (ready waits for that) */
-    kill(command.shell_pid, SIGKILL);
-    while (waitpid(command.shell_pid, NULL, 0) < 0 && errno == EINTR) {}
+  if (kill_pid > 0) {
+    kill(-kill_pid, SIGKILL); /* it leads its own group by now (ready waits for that) */
+    kill(kill_pid, SIGKILL);
+    while (waitpid(kill_pid, NULL, 0) < 0 && errno == EINTR) {}
   }
-  remove_socket();
+  if (unlink_path) unlink(unlink_path);
   exit(1);
 }

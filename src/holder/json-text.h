@@ -16,24 +16,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "sizes.h" /* JSON_TEXT_MAX_GROWTH, JSON_TEXT_ROOM: the room json_text needs */
+
 /* A streaming UTF-8 decoder's state between two reads (the WHATWG decoder's variables). */
 struct utf8_state {
   uint32_t code_point;
   uint8_t needed, seen, lower, upper;
 };
-
-/*
- * The most one step of json_text can write: "\u00xx" for a control byte (a
- * completed character is at most 4, a U+FFFD 3).
- */
-#define JSON_TEXT_MAX_GROWTH 6
-/*
- * Output room in which json_text takes every one of n input bytes: 6 per byte,
- * plus the U+FFFD that ends a character left incomplete by the previous call
- * (see json_text). JSON_TEXT_ROOM(1) is also the least room in which a call
- * takes at least one byte.
- */
-#define JSON_TEXT_ROOM(n) ((n) * JSON_TEXT_MAX_GROWTH + 3)
 
 /* A decoder at the start of a stream. */
 void utf8_reset(struct utf8_state *d);

@@ -1,27 +1,24 @@
 /*
  * live.h — the live channel (docs/holder-protocol.md, "Live channel"): the
  * holder's listening socket, the one client (envd) connected to it, the
- * messages it sends, and the bounded ring of what the holder has not yet
- * been able to send it.
+ * bounded ring of what the holder has not yet been able to send it, and the
+ * buffer of what it sent. What the messages say is outgoing.h's and
+ * incoming.h's; this unit only moves them.
+ *
+ * Two things live and die with the client: the socket it lent (direct.h) and
+ * a STDIN of its still being written (stdin-write.h), whose bytes stay in the
+ * input buffer. close_client drops both with it.
  */
 #ifndef ENVD_LIVE_H
 #define ENVD_LIVE_H
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/un.h>
 
-#define PROTOCOL_VERSION 4
-#define MAX_IN_PAYLOAD 65536   /* largest payload envd may send */
-#define LIVE_HIGH (256 * 1024) /* unsent bytes above which output is no longer read (LIVE on) */
-#define DATA_HEADER 22         /* type, length, stream, logEnd, stream offset */
-#define TEXT_HEADER 17         /* stream, logEnd, text offset: in front of a TEXT's text */
-#define TEXT_MAX 65536         /* largest TEXT text after its header: envd reads 64 KiB at a time */
-#define CHUNK 65536            /* one read(2) from the command */
-
-enum { MSG_LIVE_ON = 0x01, MSG_LIVE_OFF = 0x02, MSG_STDIN = 0x03, MSG_STDIN_EOF = 0x04, MSG_RESIZE = 0x05,
-       MSG_DIRECT_ON = 0x06, MSG_DIRECT_GO = 0x07, MSG_DIRECT_OFF = 0x08, MSG_DIRECT_PING = 0x09 };
-enum { MSG_HELLO = 0x80, MSG_SYNC = 0x81, MSG_DATA = 0x82, MSG_ACK = 0x83, MSG_REAPED = 0x84, MSG_EXIT = 0x85, MSG_TEXT = 0x86,
-       MSG_DIRECT_READY = 0x87, MSG_DIRECT_ENDED = 0x88 };
+#include "direct.h"
+#include "sizes.h" /* RING_CAP, IN_BUF, LIVE_HIGH */
+#include "stdin-write.h"
 
 /*
  * What a LIVE client gets: nothing (LIVE off), DATA, or TEXT; or, while its stream client's socket is lent
@@ -41,49 +38,51 @@ struct live {
    * block the command for good. 0: not holding.
    */
   uint64_t held_until;
+  struct direct direct;           /* the client's lent socket, while mode is SEND_DIRECT_WAIT or SEND_DIRECT */
+  struct stdin_write stdin_write; /* a STDIN of the client's being written: its bytes are in `in` */
+  char sock_path[sizeof(((struct sockaddr_un *)0)->sun_path)];
+  int sock_created;
+  unsigned char ring[RING_CAP]; /* unsent bytes for the client */
+  size_t ring_head, ring_len;
+  unsigned char in[IN_BUF]; /* the client's messages not yet handled */
+  size_t in_start, in_len;
 };
-extern struct live live;
 
-/* Creates and listens on <dir>/sock; fails the holder on error. */
-void listen_socket(void);
-/* Removes the socket (before the holder exits, or when it fails). */
-void remove_socket(void);
+/* Creates and listens on <dir>/sock, holding output `hold_output_ms` (0: not); fails the holder on error. */
+void listen_socket(struct live *l, const char *dir, uint64_t hold_output_ms);
+/* Removes the socket (before the holder exits). */
+void remove_socket(struct live *l);
 
-/* Takes a waiting connection (the newest client wins); sets *accept_resume when out of fds or memory. */
-void accept_client(uint64_t *accept_resume);
-void close_client(void);
+/* Takes a waiting connection (the newest client wins): 1 when it did; sets *accept_resume when out of fds or memory. */
+int accept_client(struct live *l, uint64_t *accept_resume);
+/* Drops the client, its unsent bytes, the socket it lent and the rest of its STDIN. */
+void close_client(struct live *l);
 /* Sends what the socket takes now; never waits. */
-void flush_client(void);
+void flush_client(struct live *l);
 /* Sends everything left, waiting as long as the client reads: the holder's last act but one. */
-void flush_client_fully(void);
+void flush_client_fully(struct live *l);
 /*
  * The last: says EOF to the client and waits (at most `max_ms`) until it
  * closes its end, reading and dropping what it still sends. A holder that
  * exited first would make envd's next write fail with EPIPE, and Node drops a
  * socket's unread bytes (EXIT among them) with it.
  */
-void linger_until_client_closes(int max_ms);
-void read_client(void);
-/* Handles the whole messages buffered, stopping while a stdin write is pending or the client is behind. */
-void process_messages(void);
-
-/* Unsent bytes for the client. */
-size_t unsent_bytes(void);
-/* Room left in the ring. */
-size_t ring_room(void);
-/* Whether the client's messages may be read (no stdin write pending, the client not behind). */
-int reading_client(void);
-/* A STDIN being written to the command: continued on POLLOUT of stdin_fd. */
-int stdin_write_pending(void);
-void write_pending_stdin(void);
+void linger_until_client_closes(struct live *l, int max_ms);
+/* Reads what the client sent into the input buffer; closes the client at EOF or on error. */
+void read_client(struct live *l);
+/*
+ * The next whole message in the input buffer, taken out of it (its payload stays in place until the buffer
+ * is next read into): 1, or 0 when none is whole yet, or -1 when its length is over MAX_IN_PAYLOAD.
+ */
+int next_message(struct live *l, int *type, const unsigned char **payload, uint32_t *len);
 
 /* Queues one message of two parts; a client that would overflow the ring is dropped. */
-void queue(int type, const void *a, size_t alen, const void *b, size_t blen);
-/* TEXT: its text is built in place at text_buffer(); `len` is its length, `offset` text_offset() after it (output.h). */
-unsigned char *text_buffer(void);
-void queue_text(int stream, size_t len, uint64_t offset);
-void queue_reaped(void);
-void queue_exit(void);
-void queue_direct_ended(int reason);
+void queue(struct live *l, int type, const void *a, size_t alen, const void *b, size_t blen);
+/* Unsent bytes for the client. */
+size_t unsent_bytes(const struct live *l);
+/* Room left in the ring. */
+size_t ring_room(const struct live *l);
+/* Whether the client's messages may be read (no stdin write pending, the client not behind). */
+int reading_client(const struct live *l);
 
 #endif

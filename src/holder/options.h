@@ -35,9 +35,7 @@ struct options {
   char **argv; /* the command: file, then arguments */
 };
 
-extern struct options opt;
-
-/* Fills `opt`, or says what is wrong on an "error" line and exits 1. */
-void parse_options(int argc, char **argv);
+/* Fills `opt` (zeroed), or says what is wrong on an "error" line and exits 1. */
+void parse_options(struct options *opt, int argc, char **argv);
 
 #endif

@@ -6,11 +6,9 @@
 #ifndef ENVD_START_H
 #define ENVD_START_H
 
+struct holder;
+
 /* Returns once `ready` is written and the holder has let go of envd's pipes; fails the holder on any error. */
-void start(void);
-/* The signalfd that reports SIGCHLD, made by start. */
-extern int signal_fd;
-/* status.tmp, opened at start with its first page taken, so a full state fs cannot stop the status. */
-extern int status_fd;
+void start(struct holder *h);
 
 #endif
