@@ -81,11 +81,23 @@ int add_entropy_main(int argc, char **argv) {
   pool.info.entropy_count = (int)have * 8;
   int fd = open("/dev/random", O_WRONLY | O_CLOEXEC);
   if (fd < 0) return failed("--add-entropy", "open /dev/random");
-  int result = ioctl(fd, RNDADDENTROPY, &pool.info);
+  if (ioctl(fd, RNDADDENTROPY, &pool.info) < 0) {
+    int saved = errno;
+    close(fd);
+    errno = saved;
+    return failed("--add-entropy", "RNDADDENTROPY");
+  }
+  /*
+   * Once the kernel's generator is ready, new input waits in the pool for its
+   * next scheduled reseed (up to a minute on): until then two forks would
+   * still read the same bytes. Reseed now. ENODATA: not ready yet, and then
+   * the credit above already seeds it.
+   */
+  int result = ioctl(fd, RNDRESEEDCRNG);
   int saved = errno;
   close(fd);
   errno = saved;
-  return result < 0 ? failed("--add-entropy", "RNDADDENTROPY") : 0;
+  return result < 0 && errno != ENODATA ? failed("--add-entropy", "RNDRESEEDCRNG") : 0;
 }
 
 int set_hostname_main(int argc, char **argv) {

@@ -18,7 +18,8 @@ int fsthaw_main(int argc, char **argv);
 /*
  * `--add-entropy`: reads 32..ENTROPY_MAX_BYTES bytes from stdin (never argv,
  * which /proc shows to every user) and credits them to the kernel's pool
- * (RNDADDENTROPY on /dev/random), all bits counted.
+ * (RNDADDENTROPY on /dev/random), all bits counted, then reseeds the
+ * kernel's generator from the pool at once (RNDRESEEDCRNG).
  */
 int add_entropy_main(int argc, char **argv);
 /* `--set-hostname NAME`: sethostname(2). */
