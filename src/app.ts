@@ -18,6 +18,7 @@ import { SandboxState } from './sandbox-state.js';
 import { machineAccess, type MachineOverrides } from './snapshot/machine.js';
 import { snapshotRoutes } from './snapshot/routes.js';
 import { SnapshotControl } from './snapshot/snapshot-control.js';
+import { refuseStartsWhileFrozen } from './snapshot/start-guard.js';
 import { buildLazySerializers } from './serialization.js';
 import { runningUserName } from './users.js';
 import { formatValidationError, validatorCompiler } from './validation.js';
@@ -135,6 +136,7 @@ export async function buildApp({ config, logger, state = new SandboxState(config
   const access = machineAccess(cgroupMode, processes.holderPath, config.stateDir, logger, machine);
   const snapshot = new SnapshotControl(access.snapshot, logger.child({ feature: 'snapshot' }));
   app.addHook('onClose', async () => snapshot.close());
+  app.addHook('preHandler', refuseStartsWhileFrozen(snapshot));
   await app.register(lifecycleRoutes, { config, state, processes, setClock, openApi, memoryBudget, snapshot, identity: access.identity });
   await app.register(snapshotRoutes, { prefix: '/snapshot', snapshot });
   await app.register(commandRoutes, { prefix: '/commands', config, state, processes });

@@ -71,6 +71,11 @@ export class SnapshotControl {
     private readonly log: FastifyBaseLogger,
   ) {}
 
+  /** Whether prepare holds cgroups frozen now (a command started meanwhile would be born frozen). */
+  get commandsFrozen(): boolean {
+    return this.#frozenCgroups.size > 0;
+  }
+
   /** Whether anything is frozen now. */
   get prepared(): boolean {
     return this.#frozenCgroups.size > 0 || this.#frozenMounts.length > 0;
@@ -115,8 +120,6 @@ export class SnapshotControl {
   async #prepare(mode: FreezeMode, options: PrepareOptions): Promise<PrepareResult> {
     const started = performance.now();
     const rssBefore = process.memoryUsage.rss();
-    // Armed first: whatever happens below, and if no thaw or /init ever comes, the sandbox thaws.
-    this.#armTimer(options.thaw_after_ms ?? DEFAULT_THAW_AFTER_MS);
     let frozen = { frozen: 0, unconfirmed: 0 };
     const { cgroups } = this.machine;
     if (mode !== 'none' && cgroups.mode === 'cgroup') {
@@ -140,6 +143,9 @@ export class SnapshotControl {
       envd_rss_after: rssAfter,
       took_ms: round(performance.now() - started),
     };
+    // Counted from the answer, so that a slow prepare does not eat the pause's time. Until then every
+    // step is bounded (max_wait_ms, the holder jobs' timeout), and a failed one thaws everything.
+    this.#armTimer(options.thaw_after_ms ?? DEFAULT_THAW_AFTER_MS);
     this.log.info({ mode, ...result }, 'prepared for a snapshot');
     return result;
   }

@@ -77,10 +77,24 @@ describe('POST /snapshot/prepare on cgroup v2', () => {
     expect(await server.json('POST', '/snapshot/thaw')).toEqual({ status: 200, body: { thawed: 0, fs_thawed: [], by: 'request' } });
   });
 
+  it('refuses to start a command while the commands are frozen (it would be born frozen), 409 saying what thaws them', async () => {
+    const { mode } = fakeCgroupV2('starts');
+    server = await startServer({}, { cgroups: mode, machine: machine(recorder().job) });
+    await server.json('POST', '/snapshot/prepare', {});
+    for (const path of ['/commands', '/commands/stream']) {
+      const { status, body } = await server.json('POST', path, { cmd: 'true' });
+      expect(status, path).toBe(409);
+      expect(body.message).toMatch(/frozen for a snapshot.*\/init or POST \/snapshot\/thaw/);
+    }
+    expect((await server.json('GET', '/commands')).status).toBe(200);
+    await server.json('POST', '/snapshot/thaw');
+    expect((await server.json('POST', '/commands', { cmd: 'true', background: true })).status).not.toBe(409);
+  });
+
   it('thaws by itself after thaw_after_ms when neither a thaw nor /init comes', async () => {
     const { mode, commands } = fakeCgroupV2('timer');
     server = await startServer({}, { cgroups: mode, machine: machine(recorder().job) });
-    await server.json('POST', '/snapshot/prepare', { thaw_after_ms: 150 });
+    await server.json('POST', '/snapshot/prepare', { thaw_after_ms: 300 });
     expect(freezeFile(commands)).toBe('1');
     const deadline = Date.now() + 10_000;
     while (freezeFile(commands) !== '0' && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 20));
