@@ -50,7 +50,8 @@ describe('snapshots prepared by envd on a busybox + musl image (envd-init as PID
     rmSync(dir, { recursive: true, force: true });
   });
 
-  const counter = async () => Number((await run(client, 'cat /tmp/counter', asRoot)).stdout);
+  // Read through the files API: a command would be refused (409) while the commands are frozen.
+  const counter = async () => Number(await (await client.call('GET', '/files/raw?path=/tmp/counter')).text());
 
   it('freezes the commands (cgroup v2 under envd-init) until /init, which gives the sandbox its identity and CA bundle', async () => {
     const started = await client.json('POST', '/commands', { cmd: 'i=0; while :; do i=$((i+1)); echo $i > /tmp/counter; sleep 0.05; done', background: true, user: 'root' });
