@@ -266,14 +266,17 @@ function buildSingleExecutable() {
  * headers changed.
  */
 function buildMallocTrimAddon() {
-  const source = 'src/native/malloc-trim.c';
+  // malloc-trim.c registers the addon's functions; random-reseed.c is the other one.
+  const sources = ['src/native/malloc-trim.c', 'src/native/random-reseed.c'];
   const output = 'dist/envd-malloc-trim.node';
   const headers = nodeApiHeaders();
   const flags = ['-std=c11', '-O2', '-Wall', '-Wextra', '-Werror', '-s', '-shared', '-fPIC', `-I${headers}`];
-  const inputs = createHash('sha256').update(JSON.stringify(flags)).update(readFileSync(source)).update(readFileSync(`${headers}/node_api.h`)).digest('hex');
+  const hash = createHash('sha256').update(JSON.stringify(flags)).update(readFileSync(`${headers}/node_api.h`)).update(readFileSync('src/native/random-reseed.h'));
+  for (const source of sources) hash.update(readFileSync(source));
+  const inputs = hash.digest('hex');
   const stampFile = `${output}.inputs`;
   if (!(existsSync(output) && existsSync(stampFile) && readFileSync(stampFile, 'utf8') === inputs)) {
-    run('cc', [...flags, '-o', `${output}.partial`, source]);
+    run('cc', [...flags, '-o', `${output}.partial`, ...sources]);
     renameSync(`${output}.partial`, output);
     writeFileSync(stampFile, inputs);
   }

@@ -15,6 +15,10 @@ import { MemoryBudget, splitOf, type MemoryPart } from './memory-budget.js';
 import { lazyRequestLogger } from './request-logger.js';
 import type { Logger } from './logger.js';
 import { SandboxState } from './sandbox-state.js';
+import { machineAccess, type MachineOverrides } from './snapshot/machine.js';
+import { snapshotRoutes } from './snapshot/routes.js';
+import { SnapshotControl } from './snapshot/snapshot-control.js';
+import { refuseStartsWhileFrozen } from './snapshot/start-guard.js';
 import { buildLazySerializers } from './serialization.js';
 import { runningUserName } from './users.js';
 import { formatValidationError, validatorCompiler } from './validation.js';
@@ -45,6 +49,8 @@ export interface AppDeps {
   cgroups?: CgroupMode;
   /** What envd holds for clients, bounded (tests pass a small one). */
   memoryBudget?: MemoryBudget;
+  /** Snapshot and /init identity access to the machine: tests replace it, so they never freeze, sync or rename this machine's own. */
+  machine?: MachineOverrides;
 }
 
 export type App = FastifyInstance & { envd: { state: SandboxState; processes: ProcessRegistry; memoryBudget: MemoryBudget } };
@@ -53,7 +59,7 @@ const REQUEST_ID = /^[\w.:-]{1,64}$/;
 
 type ValidatorFactory = NonNullable<NonNullable<NonNullable<FastifyServerOptions['schemaController']>['compilersFactory']>['buildValidator']>;
 
-export async function buildApp({ config, logger, state = new SandboxState(config, runningUserName()), setClock, openApi, cgroups, memoryBudget = new MemoryBudget(splitOf(config.clientMemoryBytes)) }: AppDeps): Promise<App> {
+export async function buildApp({ config, logger, state = new SandboxState(config, runningUserName()), setClock, openApi, cgroups, memoryBudget = new MemoryBudget(splitOf(config.clientMemoryBytes)), machine }: AppDeps): Promise<App> {
   const app = Fastify({
     loggerInstance: logger,
     // One line per request, written by the onResponse hook below, instead of fastify's two.
@@ -127,7 +133,12 @@ export async function buildApp({ config, logger, state = new SandboxState(config
 
   await openApi.attach(app);
 
-  await app.register(lifecycleRoutes, { config, state, processes, setClock, openApi, memoryBudget });
+  const access = machineAccess(cgroupMode, processes.holderPath, config.stateDir, logger, machine);
+  const snapshot = new SnapshotControl(access.snapshot, logger.child({ feature: 'snapshot' }));
+  app.addHook('onClose', async () => snapshot.close());
+  app.addHook('preHandler', refuseStartsWhileFrozen(snapshot));
+  await app.register(lifecycleRoutes, { config, state, processes, setClock, openApi, memoryBudget, snapshot, identity: access.identity });
+  await app.register(snapshotRoutes, { prefix: '/snapshot', snapshot });
   await app.register(commandRoutes, { prefix: '/commands', config, state, processes });
   await app.register(fileRoutes, { prefix: '/files', config, state, receiver: processes.holderPath });
 

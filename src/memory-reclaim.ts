@@ -127,8 +127,8 @@ function rssOrUndefined(): number | undefined {
 }
 
 /** V8's gc() (its options are V8's gc extension's), made callable without starting Node with --expose-gc. */
-type Gc = (options?: { type: 'major'; execution: 'sync'; flavor: 'regular' | 'last-resort' }) => void;
-function loadGc(): Gc {
+export type Gc = (options?: { type: 'major'; execution: 'sync'; flavor: 'regular' | 'last-resort' }) => void;
+export function loadGc(): Gc {
   setFlagsFromString('--expose-gc');
   return runInNewContext('gc') as Gc;
 }

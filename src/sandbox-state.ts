@@ -15,6 +15,8 @@ export class SandboxState {
   defaultWorkdir: string | undefined;
   /** /init's default_limits: what a command that names no limits of its own gets (cgroup mode). */
   defaultLimits: Limits | undefined;
+  /** SSL_CERT_FILE and its kin, naming the trust store /init's ca_bundle went into; under the sandbox envs. */
+  trustStoreEnvs: Record<string, string> = {};
 
   constructor(config: Pick<Config, 'accessToken' | 'defaultUser' | 'defaultWorkdir'>, runningAs: string) {
     this.token = new AccessToken(config.accessToken);

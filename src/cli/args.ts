@@ -23,6 +23,7 @@ export const HELP: Record<string, string> = {
   cp: 'envd cp SRC DST                        copy a file or directory; a remote path is written :/path',
   watch: 'envd watch [-r] PATH                   print changes under a remote directory until interrupted',
   grep: 'envd grep [-F] [-i|-s] [-g GLOB]... [-C N] [-m N] [--hidden] [--no-ignore] [--user U] PATTERN [PATH]   search file contents (ripgrep rules); prints path:line:text, exit 1 if nothing matched',
+  snapshot: 'envd snapshot prepare [--freeze commands|all|none] [--fsfreeze] [--drop-caches] [--max-wait MS] [--thaw-after MS] | envd snapshot thaw   quiesce the sandbox before a snapshot; thaw it after one that failed',
   find: 'envd find [-t file|dir|any] [-n MAX] [--hidden] [--no-ignore] [--user U] GLOB [PATH]   list paths matching a glob (ripgrep rules), one per line',
 };
 

@@ -3,11 +3,13 @@ import { Files } from './files.js';
 import { Http, type ClientOptions } from './http.js';
 import { Lifecycle } from './lifecycle.js';
 import { SearchFiles } from './search.js';
+import { Snapshot } from './snapshot.js';
 
 export { EnvdError, type CallOptions, type ClientOptions } from './http.js';
 export type { CommandEvent, CommandResult, ExitInfo, ProcessInfo, SignalName, StartBody, StreamBody, StreamOptions } from './commands.js';
 export type { FileEntry, WatchEvent } from './files.js';
 export { parseSse, type SseEvent } from './sse.js';
+export type { PrepareRequest, PrepareResult, ThawResult } from './snapshot.js';
 export type { EditRequest, FindRequest, FoundEntry, SearchMatch, SearchRequest, SearchSummary } from './search.js';
 
 /** A typed client of one envd: `client.commands`, `client.files`, `client.lifecycle`. */
@@ -17,6 +19,8 @@ export class EnvdClient {
   readonly lifecycle: Lifecycle;
   /** Content search, find, line ranges, exact edits. */
   readonly search: SearchFiles;
+  /** Prepare for a snapshot, thaw after one. */
+  readonly snapshot: Snapshot;
   /** The base URL (no trailing slash) and token this client was made with. */
   readonly baseUrl: string;
   readonly token: string | undefined;
@@ -29,5 +33,6 @@ export class EnvdClient {
     this.files = new Files(http);
     this.lifecycle = new Lifecycle(http);
     this.search = new SearchFiles(http);
+    this.snapshot = new Snapshot(http);
   }
 }

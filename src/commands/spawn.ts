@@ -84,6 +84,7 @@ export async function prepareCommand(request: CommandRequest, state: SandboxStat
     USER: user.name,
     LOGNAME: user.name,
     SHELL: user.shell,
+    ...state.trustStoreEnvs,
     ...state.envs,
     ...(request.pty ? { TERM: DEFAULT_TERM } : {}),
     ...request.envs,

@@ -5,6 +5,7 @@ import { checkLimits, type Limits } from '../cgroups/limits.js';
 import { badRequest, conflict } from '../errors.js';
 import type { SandboxState } from '../sandbox-state.js';
 import { resolveUser } from '../users.js';
+import { checkIdentity, type IdentityPlan } from './identity.js';
 import type { InitBody } from './schemas.js';
 
 export type InitRequest = Static<typeof InitBody>;
@@ -17,6 +18,8 @@ export interface InitPlan {
   defaultWorkdir?: string;
   defaultLimits?: Limits;
   timestampMs?: number;
+  /** entropy, hostname, machine_id, ca_bundle: what makes a fork its own (identity.ts). */
+  identity: IdentityPlan;
 }
 
 /**
@@ -24,7 +27,7 @@ export interface InitPlan {
  * with one bad field leaves the sandbox exactly as it was.
  */
 export async function validateInit(body: InitRequest, limitsRefused?: string): Promise<InitPlan> {
-  const plan: InitPlan = {};
+  const plan: InitPlan = { identity: checkIdentity(body) };
   if (body.access_token !== undefined) plan.accessToken = body.access_token;
   if (body.envs !== undefined) plan.envs = checkEnvs(body.envs);
   if (body.timestamp !== undefined) plan.timestampMs = parseTimestamp(body.timestamp);

@@ -56,7 +56,7 @@ const WATCH_STREAM: EventStream = {
 export type Tag = 'lifecycle' | 'commands' | 'files';
 
 export const TAGS: { name: Tag; description: string }[] = [
-  { name: 'lifecycle', description: 'Health, /init (token, envs, defaults, clock), metrics and this document' },
+  { name: 'lifecycle', description: 'Health, /init (token, envs, defaults, clock, a fork\'s identity), snapshot prepare and thaw, metrics and this document' },
   { name: 'commands', description: 'Run commands; stream, attach, resume and read their output; stdin, signals, terminals' },
   { name: 'files', description: 'Read, write, upload, download, archive, list, move, remove and watch files' },
 ];
@@ -117,6 +117,8 @@ export const OPERATIONS: Record<string, OperationDoc> = {
   'GET /envs': { operationId: 'getEnvs', tag: 'lifecycle' },
   'GET /metrics': { operationId: 'getMetrics', tag: 'lifecycle' },
   'GET /openapi.json': { operationId: 'getOpenApiDocument', tag: 'lifecycle' },
+  'POST /snapshot/prepare': { operationId: 'prepareSnapshot', tag: 'lifecycle', errors: [409, 413] },
+  'POST /snapshot/thaw': { operationId: 'thawSnapshot', tag: 'lifecycle' },
 
   'POST /commands': { operationId: 'runCommand', tag: 'commands', errors: [...COMMAND_START, 404] },
   'POST /commands/stream': { operationId: 'streamCommand', tag: 'commands', errors: [...COMMAND_START, 404], responseHeaders: RETRY, events: COMMAND_STREAM },

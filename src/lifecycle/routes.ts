@@ -6,6 +6,8 @@ import type { SandboxState } from '../sandbox-state.js';
 import { VERSION } from '../version.js';
 import { ClockSync, systemClockSetter, type ClockSetter } from './clock.js';
 import { applyInit, validateInit } from './init.js';
+import { callIdentity, stageIdentity, type IdentityMachine } from './identity.js';
+import type { SnapshotControl } from '../snapshot/snapshot-control.js';
 import { MetricsReader } from './metrics.js';
 import type { OpenApiSource } from './openapi-source.js';
 import { TokenFile } from './token-file.js';
@@ -21,9 +23,13 @@ export interface LifecycleRoutesOptions {
   openApi: OpenApiSource;
   /** What envd holds for clients: /metrics shows how much is taken. */
   memoryBudget?: MemoryBudget;
+  /** /init thaws what /snapshot/prepare froze. */
+  snapshot: SnapshotControl;
+  /** What /init's entropy, hostname, machine_id and ca_bundle write and call. */
+  identity: IdentityMachine;
 }
 
-export const lifecycleRoutes: FastifyPluginAsyncTypebox<LifecycleRoutesOptions> = async (app, { config, state, processes, setClock = systemClockSetter(processes.holderPath), openApi, memoryBudget }) => {
+export const lifecycleRoutes: FastifyPluginAsyncTypebox<LifecycleRoutesOptions> = async (app, { config, state, processes, setClock = systemClockSetter(processes.holderPath), openApi, memoryBudget, snapshot, identity }) => {
   const log = app.log.child({ feature: 'lifecycle' });
   const clock = new ClockSync(setClock, log);
   const metrics = new MetricsReader(
@@ -61,8 +67,13 @@ export const lifecycleRoutes: FastifyPluginAsyncTypebox<LifecycleRoutesOptions> 
     },
     async (request, reply) => {
       const plan = await validateInit(request.body, processes.limitsRefused());
+      // After a filesystem-only snapshot the disks may still be frozen: the identity files below would wait on them.
+      await snapshot.thawFilesystems();
+      const staged = await stageIdentity(plan.identity, identity.files);
       // From here to the end of this block nothing awaits: the whole plan lands at once.
       applyInit(state, plan);
+      const trustStoreEnvs = staged.commit();
+      if (trustStoreEnvs !== undefined) state.trustStoreEnvs = trustStoreEnvs;
       const sync = plan.timestampMs === undefined ? undefined : clock.sync(plan.timestampMs);
       log.info(
         {
@@ -71,12 +82,15 @@ export const lifecycleRoutes: FastifyPluginAsyncTypebox<LifecycleRoutesOptions> 
           defaultUser: state.defaultUser,
           defaultWorkdir: state.defaultWorkdir,
           clock: sync?.decision,
+          identity: Object.keys(plan.identity),
         },
         'initialised',
       );
       // Answer once the clock is right and the token file holds the new token, so
       // the orchestrator's next call sees the corrected time and survives a restart.
-      await Promise.all([sync?.done, plan.accessToken === undefined ? undefined : tokenFile?.save(plan.accessToken)]);
+      await Promise.all([sync?.done, plan.accessToken === undefined ? undefined : tokenFile?.save(plan.accessToken), callIdentity(plan.identity, identity, log)]);
+      // Only now, with the clock right and the fork its own, do frozen commands run again.
+      await snapshot.thaw('init');
       return reply.code(204).send(null);
     },
   );

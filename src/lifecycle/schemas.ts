@@ -1,6 +1,8 @@
 import { Limits } from '../cgroups/limits.js';
 import { Type, type TObject, type TString } from '@sinclair/typebox';
 import { ErrorSchema } from '../errors.js';
+import { MAX_ENTROPY_BYTES, MAX_HOSTNAME_LENGTH, MIN_ENTROPY_BYTES } from './identity.js';
+import { MAX_CA_BUNDLE_BYTES } from './trust-store.js';
 
 /** The body of every error answer. */
 
@@ -28,6 +30,22 @@ export const InitBody = Type.Object(
     default_limits: Type.Optional({ ...Limits, description: "Limits for every command that names none of its own (each field separately); {} clears them" }),
     timestamp: Type.Optional(
       Type.String({ pattern: ISO_8601, description: "The host's current time, ISO 8601 (e.g. 2026-01-02T03:04:05.678Z)" }),
+    ),
+    entropy: Type.Optional(
+      Type.String({
+        minLength: 1,
+        maxLength: Math.ceil(MAX_ENTROPY_BYTES / 3) * 4,
+        description: `Base64 of ${MIN_ENTROPY_BYTES} to ${MAX_ENTROPY_BYTES} random bytes, credited to the kernel's pool (RNDADDENTROPY); envd reseeds its own generator too. Send a new one to every fork`,
+      }),
+    ),
+    hostname: Type.Optional(Type.String({ minLength: 1, maxLength: MAX_HOSTNAME_LENGTH, description: 'Sets the kernel host name and /etc/hostname' })),
+    machine_id: Type.Optional(Type.String({ minLength: 32, maxLength: 32, description: '32 hex digits, written to /etc/machine-id' })),
+    ca_bundle: Type.Optional(
+      Type.String({
+        minLength: 1,
+        maxLength: MAX_CA_BUNDLE_BYTES,
+        description: "PEM certificates added to the image's trust store (Debian, Alpine/busybox and RHEL layouts); commands get SSL_CERT_FILE, NODE_EXTRA_CA_CERTS and REQUESTS_CA_BUNDLE naming it",
+      }),
     ),
   },
   { additionalProperties: false, title: 'InitRequest' },

@@ -5,10 +5,14 @@
  * burst (a 1,000-command kill storm), the freed chunks below live ones stayed:
  * 9-18 MiB of envd's RSS that nothing in Node can return (docs/performance.md).
  * envd calls it after its memory-reducing collections (src/memory-reclaim.ts).
- * Only libc and Node-API, which the Node binary exports.
+ * Only libc and Node-API, which the Node binary exports. The addon also
+ * carries reseed() (random-reseed.c): one shared object for envd's few
+ * in-process native calls.
  */
 #include <malloc.h>
 #include <node_api.h>
+
+#include "random-reseed.h"
 
 /** trim(): true when malloc_trim gave memory back. */
 static napi_value trim(napi_env env, napi_callback_info info) {
@@ -22,5 +26,7 @@ NAPI_MODULE_INIT() {
   napi_value fn;
   if (napi_create_function(env, "trim", NAPI_AUTO_LENGTH, trim, NULL, &fn) != napi_ok) return NULL;
   if (napi_set_named_property(env, exports, "trim", fn) != napi_ok) return NULL;
+  if (napi_create_function(env, "reseed", NAPI_AUTO_LENGTH, random_reseed, NULL, &fn) != napi_ok) return NULL;
+  if (napi_set_named_property(env, exports, "reseed", fn) != napi_ok) return NULL;
   return exports;
 }

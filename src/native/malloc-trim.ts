@@ -30,11 +30,31 @@ export function mallocTrimmer(stateDir: string, log: Logger, addon = (): string 
 }
 
 function loadAddon(path: string): () => boolean {
-  const addon = { exports: {} as { trim?: () => boolean } };
-  process.dlopen(addon, path);
-  const trim = addon.exports.trim;
+  const trim = loadExports(path).trim;
   if (typeof trim !== 'function') throw new Error(`${ADDON} has no trim()`);
   return trim;
+}
+
+/**
+ * A function that mixes bytes into OpenSSL's generator (crypto.randomBytes) and
+ * reseeds it from the kernel: reseed() of src/native/random-reseed.c, for /init's
+ * `entropy` in a fork. Returns false where the addon cannot be loaded (said once).
+ */
+export function randomReseeder(stateDir: string, log: Logger, addon = (): string => addonPath(stateDir)): (bytes: Uint8Array) => boolean {
+  try {
+    const reseed = loadExports(addon()).reseed;
+    if (typeof reseed !== 'function') throw new Error(`${ADDON} has no reseed()`);
+    return (bytes) => reseed(bytes);
+  } catch (error) {
+    log.warn({ err: error }, "cannot reseed envd's own random generator: forks of one snapshot share it until OpenSSL reseeds by itself");
+    return () => false;
+  }
+}
+
+function loadExports(path: string): { trim?: () => boolean; reseed?: (bytes: Uint8Array) => boolean } {
+  const addon = { exports: {} as { trim?: () => boolean; reseed?: (bytes: Uint8Array) => boolean } };
+  process.dlopen(addon, path);
+  return addon.exports;
 }
 
 function addonPath(stateDir: string): string {

@@ -24,10 +24,17 @@ afterAll(async () => {
  */
 const calls: Record<string, (c: EnvdClient) => Promise<unknown>> = {
   'GET /health': (c) => c.lifecycle.health(),
-  'POST /init': (c) => c.lifecycle.init({ access_token: server.token, envs: {}, default_user: 'root', default_workdir: '/', default_limits: {}, timestamp: new Date().toISOString() }),
+  'POST /init': async (c) => {
+    await c.lifecycle.init({ access_token: server.token, envs: {}, default_user: 'root', default_workdir: '/', default_limits: {}, timestamp: new Date().toISOString() });
+    // A fork's identity fields, refused (400: the entropy is no base64) before anything of this machine is touched.
+    await c.lifecycle.init({ entropy: 'not base64!', hostname: 'contract', machine_id: 'f'.repeat(32), ca_bundle: 'none' });
+  },
   'GET /envs': (c) => c.lifecycle.envs(),
   'GET /metrics': (c) => c.lifecycle.metrics(),
   'GET /openapi.json': (c) => c.lifecycle.openApi(),
+  // The in-process server's machine refuses the sync (test/helpers/server.ts): a 500 after the fields were sent, nothing frozen.
+  'POST /snapshot/prepare': (c) => c.snapshot.prepare({ freeze: 'none', fsfreeze: false, drop_caches: false, max_wait_ms: 0, thaw_after_ms: 1000 }),
+  'POST /snapshot/thaw': (c) => c.snapshot.thaw(),
   'POST /commands': (c) => c.commands.start({ cmd: 'cat', args: [], cwd: '/', envs: {}, timeout: 5, user: 'root', stdin: true, pty: { cols: 80, rows: 24 }, limits: {} }),
   'POST /commands/stream': async (c) => {
     for await (const _ of c.commands.stream({ cmd: 'true', args: [], cwd: '/', envs: {}, timeout: 5, user: 'root', pty: { cols: 80, rows: 24 }, limits: {}, encoding: 'base64' }));

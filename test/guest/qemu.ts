@@ -32,6 +32,8 @@ export interface QemuOptions {
   append?: string;
   /** Guest ports forwarded too (a second envd the test starts in the guest). */
   extraPorts?: number[];
+  /** A virtio-balloon with free page reporting: the guest hands free memory back, and a memory image leaves it out. */
+  balloon?: boolean;
 }
 
 /** KVM only where the CPU offers it to us; otherwise multi-threaded TCG. */
@@ -69,6 +71,7 @@ export async function startQemu(options: QemuOptions): Promise<QemuGuest> {
     // restrict=on: the guest reaches nothing outside; only the forwarded envd port comes in.
     '-netdev', `user,id=n0,restrict=on,${forwards}`,
     '-device', 'virtio-net-pci,netdev=n0',
+    ...(options.balloon ? ['-device', 'virtio-balloon-pci,free-page-reporting=on'] : []),
     '-rtc', `base=${options.rtcBase ?? 'utc'},clock=host`,
     '-qmp', `unix:${qmpSocket},server=on,wait=off`,
     ...(options.incoming ? ['-incoming', `exec:cat ${options.incoming}`] : []),

@@ -58,8 +58,30 @@ export function makeEnvdDirs(): { root: string; stateDir: string; spoolDir: stri
   return { root, stateDir: join(root, 'state'), spoolDir: join(root, 'spool'), remove: () => rmSync(root, { recursive: true, force: true }) };
 }
 
+/**
+ * What an in-process server may do to the machine unless a test gives its own:
+ * nothing. Snapshot and identity jobs fail, knobs and identity files are paths
+ * that cannot exist, no filesystem is frozen: a test never syncs, drops the
+ * caches of, freezes, renames or reseeds this shared machine by accident.
+ */
+const refuse = async (args: readonly string[]) => {
+  throw new Error(`envd-holder ${args.join(' ')}: refused in an in-process test (inject machine.*.job)`);
+};
+const NO_MACHINE: Required<Pick<NonNullable<AppDeps['machine']>, 'snapshot' | 'identity'>> = {
+  snapshot: {
+    job: refuse,
+    memory: { dropCaches: '/dev/null/drop_caches', compactMemory: '/dev/null/compact_memory', meminfo: '/dev/null/meminfo' },
+    mounts: async () => [],
+  },
+  identity: {
+    job: refuse,
+    files: { hostname: '/dev/null/hostname', machineId: '/dev/null/machine-id', trustStores: [], newTrustStore: '/dev/null/ca-certificates.crt' },
+    reseed: () => false,
+  },
+};
+
 /** A real envd listening on 127.0.0.1 on a free port, in this process. `deps` injects e.g. a fake clock setter. */
-export async function startServer(overrides: Partial<Config> = {}, deps: Pick<AppDeps, 'setClock' | 'cgroups' | 'memoryBudget'> = {}): Promise<TestServer> {
+export async function startServer(overrides: Partial<Config> = {}, deps: Pick<AppDeps, 'setClock' | 'cgroups' | 'memoryBudget' | 'machine'> = {}): Promise<TestServer> {
   const token = 'accessToken' in overrides ? overrides.accessToken : randomBytes(16).toString('hex');
   const logs: string[] = [];
   const sink = new Writable({
@@ -72,7 +94,14 @@ export async function startServer(overrides: Partial<Config> = {}, deps: Pick<Ap
   const config = testConfig({ ...(dirs ? { stateDir: dirs.stateDir, spoolDir: dirs.spoolDir } : {}), ...overrides, accessToken: token });
   let app: App;
   try {
-    app = await buildApp({ cgroups: { mode: 'proc', why: 'an in-process test server leaves the runner\'s cgroup alone' }, ...deps, config, logger: createLogger(config.logLevel, sink), openApi: generatedOpenApi });
+    app = await buildApp({
+      cgroups: { mode: 'proc', why: 'an in-process test server leaves the runner\'s cgroup alone' },
+      ...deps,
+      machine: { snapshot: { ...NO_MACHINE.snapshot, ...deps.machine?.snapshot }, identity: { ...NO_MACHINE.identity, ...deps.machine?.identity } },
+      config,
+      logger: createLogger(config.logLevel, sink),
+      openApi: generatedOpenApi,
+    });
   } catch (error) {
     // No server (no build yet, say): its directories go too, or they are left in /tmp for good.
     dirs?.remove();

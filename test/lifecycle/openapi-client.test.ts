@@ -56,6 +56,9 @@ export async function everyRoute(baseUrl: string, token: string, dir: string): P
   const envs: Record<string, string> | undefined = note('GET /envs', await client.GET('/envs')).data;
   const cpus: number | undefined = note('GET /metrics', await client.GET('/metrics')).data?.cpu_count;
   const doc: string | undefined = note('GET /openapi.json', await client.GET('/openapi.json')).data?.openapi;
+  // freeze "none": a sync and envd's own trim, nothing frozen on the machine running the test.
+  const tookMs: number | undefined = note('POST /snapshot/prepare', await client.POST('/snapshot/prepare', { body: { freeze: 'none' } })).data?.took_ms;
+  const thawedBy: string | undefined = note('POST /snapshot/thaw', await client.POST('/snapshot/thaw')).data?.by;
 
   const run = note('POST /commands', await client.POST('/commands', { body: { cmd: 'echo hi', timeout: 120 } }));
   const result: CommandResult | undefined = run.data && 'stdout' in run.data ? run.data : undefined;
@@ -107,7 +110,7 @@ export async function everyRoute(baseUrl: string, token: string, dir: string): P
   const change: WatchChangeEvent = { type: 'create', path: dir };
   return {
     statuses,
-    values: { version, envs, cpus, doc, result, failure, streamed, listed, stats, waited, attached, kept, outputBytes, killed, uploaded, range, read, lines, searched, found, edited, exists, info, extracted, entries, moved, made, watched, removed, exit, change },
+    values: { version, envs, cpus, doc, tookMs, thawedBy, result, failure, streamed, listed, stats, waited, attached, kept, outputBytes, killed, uploaded, range, read, lines, searched, found, edited, exists, info, extracted, entries, moved, made, watched, removed, exit, change },
   };
 }
 `;
@@ -177,6 +180,7 @@ describe('a client generated from the OpenAPI document', () => {
       expect(Object.entries(statuses).filter(([key, status]) => (key === 'GET /commands/{pid}/stats' ? status !== 409 : status >= 300))).toEqual([]);
       expect(statuses['GET /files/raw']).toBe(206);
       expect(values).toMatchObject({
+        thawedBy: 'request',
         envs: { A: '1' },
         result: { stdout: 'hi\n', exit_code: 0 },
         waited: { stdout: 'input', exit_code: 0 },

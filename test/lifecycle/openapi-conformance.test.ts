@@ -174,6 +174,19 @@ const CASES: Record<string, () => Case[]> = {
   initSandbox: () => [
     { name: 'envs and defaults', status: 204, json: { envs: { CONFORMANCE: '1' } } },
     { name: 'a timestamp that is no time', status: 400, json: { timestamp: 'yesterday' } },
+    // The identity fields would write this machine's /etc: only their refusals run here (test/lifecycle/identity.test.ts, the guest suite).
+    { name: 'entropy shorter than 32 bytes', status: 400, json: { entropy: Buffer.alloc(16).toString('base64') } },
+    { name: 'a machine_id that is no hex', status: 400, json: { machine_id: 'z'.repeat(32) } },
+  ],
+  // Only what leaves this machine as it was: freeze "none" (a sync and envd's own trim), and the refusals.
+  prepareSnapshot: () => [
+    { name: 'no freeze: sync and trim', status: 200, json: { freeze: 'none', thaw_after_ms: 1000 } },
+    { name: 'a freeze without cgroup v2 (--command-cgroups off)', status: 409, json: { freeze: 'commands' } },
+    { name: 'an unknown freeze mode', status: 400, json: { freeze: 'everything' } },
+  ],
+  thawSnapshot: () => [
+    { name: 'nothing frozen: thaws nothing', status: 200 },
+    { name: 'without the token', status: 401, token: null },
   ],
   getEnvs: () => [{ name: 'the envs', status: 200 }],
   getMetrics: () => [{ name: 'the figures', status: 200 }],

@@ -10,7 +10,7 @@ import { missingFromDocument, registeredRoutes } from './registered-routes.js';
 type Operation = { summary?: string; security?: unknown[]; parameters?: { in: string; name: string }[]; requestBody?: any; responses: Record<string, any> };
 type Document = { openapi: string; info: { title: string; version: string }; paths: Record<string, Record<string, Operation>>; components: any; security: unknown[] };
 
-const LIFECYCLE = ['GET /health', 'POST /init', 'GET /envs', 'GET /metrics', 'GET /openapi.json'];
+const LIFECYCLE = ['GET /health', 'POST /init', 'GET /envs', 'GET /metrics', 'GET /openapi.json', 'POST /snapshot/prepare', 'POST /snapshot/thaw'];
 
 // The bundle serves the document build.mjs generated; the in-process app (from
 // the sources) generates it from its routes as they register. Both are checked.
@@ -134,7 +134,7 @@ describe('GET /openapi.json', () => {
     const init = document.paths['/init']!.post!;
     expect(init.responses['204']).toBeDefined();
     const body = jsonBody(document, init);
-    expect(Object.keys(body.properties).sort()).toEqual(['access_token', 'default_limits', 'default_user', 'default_workdir', 'envs', 'timestamp']);
+    expect(Object.keys(body.properties).sort()).toEqual(['access_token', 'ca_bundle', 'default_limits', 'default_user', 'default_workdir', 'entropy', 'envs', 'hostname', 'machine_id', 'timestamp']);
     expect(body.additionalProperties).toBe(false);
     expect(body.required ?? []).toEqual([]);
     const metrics = deref(document, document.paths['/metrics']!.get!.responses['200'].content['application/json'].schema);
