@@ -115,25 +115,27 @@ describe('envd-init as PID 1', () => {
     ['SIGUSR1', 'halted'],
   ] as const)('ends envd, its commands and every other process on %s, then %s', async (signal, how) => {
     const booted = await boot();
-    await call(booted, 'POST', '/commands', { cmd: 'sleep 600', background: true });
-    await call(booted, 'POST', '/commands', { cmd: 'setsid sleep 601 &', background: false });
+    // Durations no other process on this machine uses, so the search below finds only these.
+    const mark = String(Math.floor(Math.random() * 1e6)).padStart(6, '0');
+    await call(booted, 'POST', '/commands', { cmd: `sleep 600.${mark}`, background: true });
+    await call(booted, 'POST', '/commands', { cmd: `setsid sleep 601.${mark} &`, background: false });
     process.kill(booted.init, signal);
     const code = await Promise.race([booted.exited, new Promise((r) => setTimeout(() => r('timeout'), 20_000))]);
     expect(code).not.toBe('timeout');
     expect(booted.console()).toContain('shutting down: stopping envd');
     expect(booted.console()).toContain(how);
-    const left = execSleepers();
+    const left = execSleepers(mark);
     expect(left).toEqual([]);
   });
 });
 
-/** The sleeps the tests started (600 and 601 s), wherever they are. */
-function execSleepers(): string[] {
+/** The sleeps the test started (600 and 601 s and its mark), wherever they are. */
+function execSleepers(mark: string): string[] {
   const found: string[] = [];
   for (const pid of readdirSync('/proc').filter((name) => /^\d+$/.test(name))) {
     try {
       const args = readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0').join(' ').trim();
-      if (args === 'sleep 600' || args === 'sleep 601') found.push(`${pid}: ${args}`);
+      if (args === `sleep 600.${mark}` || args === `sleep 601.${mark}`) found.push(`${pid}: ${args}`);
     } catch {}
   }
   return found;
