@@ -17,6 +17,7 @@ export interface InitPlan {
   defaultWorkdir?: string;
   defaultLimits?: Limits;
   timestampMs?: number;
+  forwardLoopback?: boolean;
 }
 
 /**
@@ -27,6 +28,7 @@ export async function validateInit(body: InitRequest, limitsRefused?: string): P
   const plan: InitPlan = {};
   if (body.access_token !== undefined) plan.accessToken = body.access_token;
   if (body.envs !== undefined) plan.envs = checkEnvs(body.envs);
+  if (body.forward_loopback !== undefined) plan.forwardLoopback = body.forward_loopback;
   if (body.timestamp !== undefined) plan.timestampMs = parseTimestamp(body.timestamp);
   if (body.default_user !== undefined) plan.defaultUser = (await resolveUser(body.default_user, 'default_user')).name;
   if (body.default_workdir !== undefined) plan.defaultWorkdir = await checkWorkdir(body.default_workdir);

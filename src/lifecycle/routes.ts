@@ -11,6 +11,7 @@ import type { OpenApiSource } from './openapi-source.js';
 import { TokenFile } from './token-file.js';
 import { EnvsSchema, HealthSchema, InitBody, MetricsSchema, OpenApiSchema } from './schemas.js';
 import type { MemoryBudget } from '../memory-budget.js';
+import type { LoopbackForwarder } from '../ports/loopback-forward.js';
 
 export interface LifecycleRoutesOptions {
   config: Config;
@@ -21,9 +22,11 @@ export interface LifecycleRoutesOptions {
   openApi: OpenApiSource;
   /** What envd holds for clients: /metrics shows how much is taken. */
   memoryBudget?: MemoryBudget;
+  /** /init's forward_loopback switches it. */
+  forwarder?: Pick<LoopbackForwarder, 'enable'>;
 }
 
-export const lifecycleRoutes: FastifyPluginAsyncTypebox<LifecycleRoutesOptions> = async (app, { config, state, processes, setClock = systemClockSetter(processes.holderPath), openApi, memoryBudget }) => {
+export const lifecycleRoutes: FastifyPluginAsyncTypebox<LifecycleRoutesOptions> = async (app, { config, state, processes, setClock = systemClockSetter(processes.holderPath), openApi, memoryBudget, forwarder }) => {
   const log = app.log.child({ feature: 'lifecycle' });
   const clock = new ClockSync(setClock, log);
   const metrics = new MetricsReader(
@@ -63,6 +66,7 @@ export const lifecycleRoutes: FastifyPluginAsyncTypebox<LifecycleRoutesOptions> 
       const plan = await validateInit(request.body, processes.limitsRefused());
       // From here to the end of this block nothing awaits: the whole plan lands at once.
       applyInit(state, plan);
+      if (plan.forwardLoopback !== undefined) forwarder?.enable(plan.forwardLoopback);
       const sync = plan.timestampMs === undefined ? undefined : clock.sync(plan.timestampMs);
       log.info(
         {

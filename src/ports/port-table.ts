@@ -1,0 +1,150 @@
+import { readBoundSockets, type BoundSocket } from './proc-net.js';
+import { commandLineOf, findSocketOwners, isAlive, UserNames } from './socket-owners.js';
+
+/**
+ * How often /proc/net is read while someone needs events (a watch, or the
+ * loopback forward). An event then comes at most this long after the
+ * listen() or close() plus a poll's own time, ~half of it at the median:
+ * 40 ms meets "within 100 ms, p50 ≤ 50 ms" with room for a loaded guest.
+ * Why polling and what it costs: docs/api.md, "Ports".
+ */
+export const POLL_INTERVAL_MS = 40;
+
+/** One listening TCP socket or bound UDP socket, as GET /ports shows it. */
+export interface PortEntry {
+  port: number;
+  protocol: 'tcp' | 'udp';
+  address: string;
+  pid: number | null;
+  command_pid: number | null;
+  service: string | null;
+  cmd: string | null;
+  user: string;
+}
+
+/**
+ * Who owns a process, asked of the rest of envd: the tracked command whose
+ * tree holds it (src/ports/command-owner.ts), and the service that runs that
+ * command (null until services exist).
+ */
+export interface PortOwnerLookups {
+  commandOf(pid: number): number | null;
+  serviceOf(pid: number, commandPid: number | null): string | null;
+}
+
+export interface PortListener {
+  onOpen(entry: PortEntry): void;
+  onClose(entry: PortEntry): void;
+}
+
+interface Known {
+  socket: BoundSocket;
+  entry: PortEntry;
+}
+
+const keyOf = (socket: BoundSocket) => `${socket.protocol} ${socket.address} ${socket.port} ${socket.inode}`;
+
+const order = (a: PortEntry, b: PortEntry) => a.protocol.localeCompare(b.protocol) || a.port - b.port || a.address.localeCompare(b.address);
+
+/**
+ * The guest's listening ports, and who is told when one opens or closes.
+ * /proc/net is read every POLL_INTERVAL_MS while at least one listener is
+ * subscribed, and never otherwise: GET /ports reads it itself. A socket is
+ * known by its inode, so one closed and opened again at the same address
+ * between two polls is a close and an open.
+ */
+export class PortTable {
+  private known = new Map<string, Known>();
+  private readonly listeners = new Set<PortListener>();
+  private timer: NodeJS.Timeout | undefined;
+  private readonly users = new UserNames();
+  /** Sockets envd keeps out of what clients see (its own forwarding listeners). */
+  isHidden: (entry: PortEntry) => boolean = () => false;
+
+  constructor(
+    private readonly lookups: PortOwnerLookups,
+    private readonly readSockets: () => BoundSocket[] = readBoundSockets,
+    private readonly intervalMs = POLL_INTERVAL_MS,
+  ) {}
+
+  /** Whether /proc/net is being polled now. */
+  get polling(): boolean {
+    return this.timer !== undefined;
+  }
+
+  /** Every port now, read afresh, sorted by protocol, port and address; owners that exited are looked up again. */
+  list(): PortEntry[] {
+    this.refresh();
+    const orphans = [...this.known.values()].filter(({ entry }) => entry.pid !== null && !isAlive(entry.pid));
+    if (orphans.length > 0) {
+      const owners = findSocketOwners(new Set(orphans.map(({ socket }) => socket.inode)));
+      for (const known of orphans) known.entry = this.describe(known.socket, owners.get(known.socket.inode));
+    }
+    return this.visible();
+  }
+
+  /** What a client sees: every known port but envd's own forwarding listeners. */
+  visible(): PortEntry[] {
+    return [...this.known.values()].map(({ entry }) => entry).filter((entry) => !this.isHidden(entry)).sort(order);
+  }
+
+  /** Every known entry, hidden ones too (the forward needs to see what holds an address). */
+  entries(): PortEntry[] {
+    return [...this.known.values()].map(({ entry }) => entry);
+  }
+
+  /**
+   * Tells `listener` of every open and close from now on; polling runs while
+   * anyone is subscribed. The table is read first, so what the caller lists
+   * right after subscribing is current. Returns the unsubscribe function (safe to call twice).
+   */
+  subscribe(listener: PortListener): () => void {
+    this.refresh();
+    this.listeners.add(listener);
+    this.timer ??= setInterval(() => this.refresh(), this.intervalMs).unref();
+    return () => {
+      if (!this.listeners.delete(listener) || this.listeners.size > 0) return;
+      clearInterval(this.timer);
+      this.timer = undefined;
+    };
+  }
+
+  /** Reads /proc/net once and tells the listeners what changed since the last read. */
+  refresh(): void {
+    const sockets = this.readSockets();
+    const next = new Map<string, Known>();
+    const fresh: BoundSocket[] = [];
+    for (const socket of sockets) {
+      const key = keyOf(socket);
+      const known = this.known.get(key);
+      if (known) next.set(key, known);
+      else if (!next.has(key)) fresh.push(socket);
+    }
+    const closed = [...this.known.entries()].filter(([key]) => !next.has(key)).map(([, known]) => known.entry);
+    // The one expensive step, only for sockets never seen before.
+    const owners = fresh.length > 0 ? findSocketOwners(new Set(fresh.map((socket) => socket.inode))) : undefined;
+    const opened: PortEntry[] = [];
+    for (const socket of fresh) {
+      const entry = this.describe(socket, owners?.get(socket.inode));
+      next.set(keyOf(socket), { socket, entry });
+      opened.push(entry);
+    }
+    this.known = next;
+    for (const entry of closed) for (const listener of this.listeners) listener.onClose(entry);
+    for (const entry of opened) for (const listener of this.listeners) listener.onOpen(entry);
+  }
+
+  private describe(socket: BoundSocket, pid: number | undefined): PortEntry {
+    const commandPid = pid === undefined ? null : this.lookups.commandOf(pid);
+    return {
+      port: socket.port,
+      protocol: socket.protocol,
+      address: socket.address,
+      pid: pid ?? null,
+      command_pid: commandPid,
+      service: pid === undefined ? null : this.lookups.serviceOf(pid, commandPid),
+      cmd: pid === undefined ? null : commandLineOf(pid),
+      user: this.users.nameOf(socket.uid),
+    };
+  }
+}
