@@ -1,4 +1,4 @@
-import { Type } from '@sinclair/typebox';
+import { Type, type TSchema } from '@sinclair/typebox';
 import { ErrorSchema } from '../errors.js';
 
 const nullable = <T extends ReturnType<typeof Type.Integer> | ReturnType<typeof Type.String>>(schema: T, description: string) =>
@@ -17,6 +17,18 @@ const PortFields = {
 
 export const Port = Type.Object(PortFields, { additionalProperties: false, title: 'Port' });
 
+/**
+ * The same fields for events: @fastify/swagger turns a route's `anyOf [T, null]`
+ * into OpenAPI 3.0's `nullable`, but leaves events alone, so they say it themselves.
+ */
+const EventPortFields = Object.fromEntries(
+  Object.entries(PortFields).map(([name, schema]) => {
+    const anyOf = (schema as { anyOf?: TSchema[] }).anyOf;
+    if (name === 'protocol' || !anyOf) return [name, schema];
+    return [name, Type.Unsafe({ ...anyOf[0], description: schema.description, nullable: true })];
+  }),
+) as typeof PortFields; // the same values, spelled for the document
+
 export const PortList = Type.Object({ ports: Type.Array(Port) }, { additionalProperties: false, title: 'PortList' });
 
 /**
@@ -25,8 +37,8 @@ export const PortList = Type.Object({ ports: Type.Array(Port) }, { additionalPro
  */
 export const PortEvents = {
   // Events are not rewritten the way @fastify/swagger rewrites routes' nullable fields: their own schemas, not Port's title.
-  ready: Type.Object({ ports: Type.Array(Type.Object(PortFields, { additionalProperties: false })) }, { title: 'PortsReadyEvent', description: 'First event: every port open now; opens and closes from here on are seen' }),
-  open: Type.Object(PortFields, { additionalProperties: false, title: 'PortOpenEvent', description: 'A socket started listening (TCP) or was bound (UDP)' }),
-  close: Type.Object(PortFields, { additionalProperties: false, title: 'PortCloseEvent', description: 'A socket stopped listening or was closed: the fields it had' }),
+  ready: Type.Object({ ports: Type.Array(Type.Object(EventPortFields, { additionalProperties: false })) }, { title: 'PortsReadyEvent', description: 'First event: every port open now; opens and closes from here on are seen' }),
+  open: Type.Object(EventPortFields, { additionalProperties: false, title: 'PortOpenEvent', description: 'A socket started listening (TCP) or was bound (UDP)' }),
+  close: Type.Object(EventPortFields, { additionalProperties: false, title: 'PortCloseEvent', description: 'A socket stopped listening or was closed: the fields it had' }),
   error: ErrorSchema,
 };
