@@ -10,6 +10,17 @@ import { commandLineOf, findSocketOwners, isAlive, UserNames } from './socket-ow
  */
 export const POLL_INTERVAL_MS = 40;
 
+/**
+ * The most of one core polling may take: the wait after each poll stretches
+ * so that the polls' own time stays under this share. /proc/net's cost grows
+ * with the kernel's TCP hash, which is sized by memory: ~0.1 ms a poll in a
+ * 512 MiB guest (40 ms, as above), 5 ms on a 24 GiB host (the wait stretches
+ * to ~0.5 s there). Measured in bench/ports.mjs.
+ */
+export const POLL_CPU_SHARE = 0.01;
+/** The longest wait between two polls, however slow they are. */
+export const MAX_POLL_INTERVAL_MS = 1_000;
+
 /** One listening TCP socket or bound UDP socket, as GET /ports shows it. */
 export interface PortEntry {
   port: number;
@@ -57,6 +68,8 @@ export class PortTable {
   private known = new Map<string, Known>();
   private readonly listeners = new Set<PortListener>();
   private timer: NodeJS.Timeout | undefined;
+  /** What reading /proc/net takes, smoothed (ms). */
+  private pollMs = 0;
   private readonly users = new UserNames();
   /** Sockets envd keeps out of what clients see (its own forwarding listeners). */
   isHidden: (entry: PortEntry) => boolean = () => false;
@@ -101,17 +114,34 @@ export class PortTable {
   subscribe(listener: PortListener): () => void {
     this.refresh();
     this.listeners.add(listener);
-    this.timer ??= setInterval(() => this.refresh(), this.intervalMs).unref();
+    if (!this.timer) this.schedule();
     return () => {
       if (!this.listeners.delete(listener) || this.listeners.size > 0) return;
-      clearInterval(this.timer);
+      clearTimeout(this.timer);
       this.timer = undefined;
     };
   }
 
+  /** The wait before the next poll: the interval, or longer where polls are slow enough to pass POLL_CPU_SHARE. */
+  get nextIntervalMs(): number {
+    return Math.min(MAX_POLL_INTERVAL_MS, Math.max(this.intervalMs, this.pollMs / POLL_CPU_SHARE));
+  }
+
+  private schedule(): void {
+    this.timer = setTimeout(() => {
+      this.refresh();
+      // Unsubscribed by a listener meanwhile: no next poll.
+      if (this.timer) this.schedule();
+    }, this.nextIntervalMs).unref();
+  }
+
   /** Reads /proc/net once and tells the listeners what changed since the last read. */
   refresh(): void {
+    const started = performance.now();
     const sockets = this.readSockets();
+    // The steady cost of a poll; owners are looked up only when sockets open, a cost of the event, not of the waiting.
+    const took = performance.now() - started;
+    this.pollMs = this.pollMs === 0 ? took : this.pollMs * 0.8 + took * 0.2;
     const next = new Map<string, Known>();
     const fresh: BoundSocket[] = [];
     for (const socket of sockets) {

@@ -1,53 +1,57 @@
 import { existsSync, readdirSync, readFileSync, readlinkSync } from 'node:fs';
 
 /**
- * Which process holds each socket inode: every /proc/PID/fd is read, and each
- * link `socket:[INODE]` among them. This is the expensive part of a port's
- * record (thousands of readlinks on a busy guest), so it runs only for sockets
- * seen for the first time, once for all of them together.
+ * Which process holds each socket inode: /proc/PID/fd is read, and each link
+ * `socket:[INODE]` among them. This is the expensive part of a port's record
+ * (thousands of readlinks on a busy guest), so it runs only for sockets seen
+ * for the first time, once for all of them together, newest processes first
+ * (a new listener is most often a new process's), and stops once every inode
+ * is found.
  *
  * A socket held by several processes (a server that forks its workers after
- * bind) belongs to the topmost of them: the holder whose parent holds none of
- * it, the lowest pid among several such. A process envd may not read (another
- * pid namespace, hidepid) holds nothing as far as envd can tell.
+ * bind) belongs to the topmost of them: from the holder found, up its parents
+ * while they hold it too. A process envd may not read (another pid namespace,
+ * hidepid) holds nothing as far as envd can tell.
  */
 export function findSocketOwners(inodes: ReadonlySet<number>): Map<number, number> {
-  const holders = new Map<number, number[]>();
-  if (inodes.size === 0) return new Map();
-  for (const entry of readdirSync('/proc')) {
-    const pid = Number(entry);
-    if (!Number.isInteger(pid)) continue;
-    let fds: string[];
-    try {
-      fds = readdirSync(`/proc/${pid}/fd`);
-    } catch {
-      continue; // gone, or not ours to read
-    }
-    for (const fd of fds) {
-      let link: string;
-      try {
-        link = readlinkSync(`/proc/${pid}/fd/${fd}`);
-      } catch {
-        continue;
-      }
-      if (!link.startsWith('socket:[')) continue;
-      const inode = Number(link.slice(8, -1));
-      if (!inodes.has(inode)) continue;
-      const list = holders.get(inode);
-      if (list === undefined) holders.set(inode, [pid]);
-      else if (list.at(-1) !== pid) list.push(pid);
-    }
-  }
   const owners = new Map<number, number>();
-  for (const [inode, pids] of holders) owners.set(inode, topmost(pids));
+  if (inodes.size === 0) return owners;
+  const pids = readdirSync('/proc').map(Number).filter(Number.isInteger).sort((a, b) => b - a);
+  for (const pid of pids) {
+    for (const inode of socketsOf(pid)) if (inodes.has(inode) && !owners.has(inode)) owners.set(inode, pid);
+    if (owners.size === inodes.size) break;
+  }
+  for (const [inode, pid] of owners) owners.set(inode, topmost(pid, inode));
   return owners;
 }
 
-function topmost(pids: number[]): number {
-  if (pids.length === 1) return pids[0]!;
-  const held = new Set(pids);
-  const tops = pids.filter((pid) => !held.has(parentOf(pid) ?? -1));
-  return Math.min(...(tops.length > 0 ? tops : pids));
+/** The socket inodes a process holds (none if it is gone or not ours to read). */
+function socketsOf(pid: number): number[] {
+  let fds: string[];
+  try {
+    fds = readdirSync(`/proc/${pid}/fd`);
+  } catch {
+    return [];
+  }
+  const found: number[] = [];
+  for (const fd of fds) {
+    try {
+      const link = readlinkSync(`/proc/${pid}/fd/${fd}`);
+      if (link.startsWith('socket:[')) found.push(Number(link.slice(8, -1)));
+    } catch {
+      // closed meanwhile
+    }
+  }
+  return found;
+}
+
+function topmost(pid: number, inode: number): number {
+  for (let depth = 0; depth < 64; depth++) {
+    const parent = parentOf(pid);
+    if (parent === undefined || parent <= 1 || !socketsOf(parent).includes(inode)) return pid;
+    pid = parent;
+  }
+  return pid;
 }
 
 /** A process's parent, from /proc/PID/stat (after the command name, which may itself hold spaces and parentheses). */
