@@ -42,6 +42,7 @@ export class LoopbackForwarder implements PortListener {
     /** Where to listen: the guest's non-loopback addresses, or --forward-address. */
     private readonly addresses: () => string[],
     private readonly log: Logger,
+    private readonly maxConnections = MAX_FORWARDED_CONNECTIONS,
   ) {
     table.isHidden = (entry) => this.isOwn(entry);
   }
@@ -116,8 +117,8 @@ export class LoopbackForwarder implements PortListener {
   }
 
   private accept(client: Socket, forward: PortForward, address: string): void {
-    if (this.connections >= MAX_FORWARDED_CONNECTIONS) {
-      if (!this.saidFull) this.log.warn({ limit: MAX_FORWARDED_CONNECTIONS }, 'refusing forwarded connections: too many open at once');
+    if (this.connections >= this.maxConnections) {
+      if (!this.saidFull) this.log.warn({ limit: this.maxConnections }, 'refusing forwarded connections: too many open at once');
       this.saidFull = true;
       return void client.resetAndDestroy();
     }
