@@ -24,7 +24,7 @@ afterAll(async () => {
  */
 const calls: Record<string, (c: EnvdClient) => Promise<unknown>> = {
   'GET /health': (c) => c.lifecycle.health(),
-  'POST /init': (c) => c.lifecycle.init({ access_token: server.token, envs: {}, default_user: 'root', default_workdir: '/', default_limits: {}, timestamp: new Date().toISOString() }),
+  'POST /init': (c) => c.lifecycle.init({ access_token: server.token, envs: {}, default_user: 'root', default_workdir: '/', default_limits: {}, forward_loopback: false, timestamp: new Date().toISOString() }),
   'GET /envs': (c) => c.lifecycle.envs(),
   'GET /metrics': (c) => c.lifecycle.metrics(),
   'GET /openapi.json': (c) => c.lifecycle.openApi(),
@@ -68,6 +68,12 @@ const calls: Record<string, (c: EnvdClient) => Promise<unknown>> = {
   'POST /files/mkdir': (c) => c.files.mkdir(`${dir}/x`, { username: 'root' }),
   'POST /files/watch': async (c) => {
     for await (const _ of c.files.watch({ path: `${dir}/missing`, recursive: true }));
+  },
+  'GET /ports': (c) => c.ports.list(),
+  'GET /ports/watch': async (c) => {
+    const abort = new AbortController();
+    for await (const _ of c.ports.watch({ signal: abort.signal })) break;
+    abort.abort();
   },
 };
 

@@ -171,19 +171,23 @@ describe('the poll interval', () => {
     const { PortTable, POLL_INTERVAL_MS, POLL_CPU_SHARE } = await import('../../src/ports/port-table.js');
     const lookups = { commandOf: () => null, serviceOf: () => null };
     const timed = (ms: number) => {
-      // A fake /proc/net read that takes `ms` of real CPU time.
-      const table = new PortTable(lookups, () => {
-        const until = performance.now() + ms;
-        while (performance.now() < until);
-        return [];
-      });
+      // A read that takes `ms` by the table's clock: the clock moves that much while it runs.
+      let clock = 0;
+      const table = new PortTable(
+        lookups,
+        () => {
+          clock += ms;
+          return [];
+        },
+        POLL_INTERVAL_MS,
+        () => clock,
+      );
       table.refresh();
       return table.nextIntervalMs;
     };
     expect(timed(0)).toBe(POLL_INTERVAL_MS);
-    const slow = timed(2);
-    expect(slow).toBeGreaterThanOrEqual(2 / POLL_CPU_SHARE);
-    expect(slow).toBeLessThan(MAX_POLL_INTERVAL_MS);
+    expect(timed(POLL_INTERVAL_MS * POLL_CPU_SHARE)).toBe(POLL_INTERVAL_MS);
+    expect(timed(3)).toBe(3 / POLL_CPU_SHARE);
     expect(timed(50)).toBe(MAX_POLL_INTERVAL_MS);
   });
 });
