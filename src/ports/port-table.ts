@@ -18,6 +18,13 @@ export const POLL_INTERVAL_MS = 40;
  * to ~0.5 s there). Measured in bench/ports.mjs.
  */
 export const POLL_CPU_SHARE = 0.01;
+/**
+ * Sockets envd keeps track of, at most (~0.5 KiB each). A sandbox user can
+ * bind as many UDP sockets as file descriptors allow; past this the rest are
+ * not listed (`truncated` in GET /ports) rather than taking envd's memory.
+ */
+export const MAX_TRACKED_SOCKETS = 4096;
+
 /** The longest wait between two polls, however slow they are. */
 export const MAX_POLL_INTERVAL_MS = 1_000;
 
@@ -71,15 +78,18 @@ export class PortTable {
   /** What reading /proc/net takes, smoothed (ms). */
   private pollMs = 0;
   private readonly users = new UserNames();
+  /** Whether the last read found more sockets than MAX_TRACKED_SOCKETS (the rest are not known). */
+  truncated = false;
   /** Sockets envd keeps out of what clients see (its own forwarding listeners). */
   isHidden: (entry: PortEntry) => boolean = () => false;
 
   constructor(
     private readonly lookups: PortOwnerLookups,
-    private readonly readSockets: () => BoundSocket[] = readBoundSockets,
+    private readonly readSockets: (limit: number) => BoundSocket[] = readBoundSockets,
     private readonly intervalMs = POLL_INTERVAL_MS,
     /** The clock a read is timed with (a test's own makes reads as slow as it says). */
     private readonly now: () => number = () => performance.now(),
+    private readonly maxSockets = MAX_TRACKED_SOCKETS,
   ) {}
 
   /** Whether /proc/net is being polled now. */
@@ -140,7 +150,10 @@ export class PortTable {
   /** Reads /proc/net once and tells the listeners what changed since the last read. */
   refresh(): void {
     const started = this.now();
-    const sockets = this.readSockets();
+    // One more than kept: whether there were more is known without reading them all.
+    const sockets = this.readSockets(this.maxSockets + 1);
+    this.truncated = sockets.length > this.maxSockets;
+    if (this.truncated) sockets.length = this.maxSockets;
     // The steady cost of a poll; owners are looked up only when sockets open, a cost of the event, not of the waiting.
     const took = this.now() - started;
     this.pollMs = this.pollMs === 0 ? took : this.pollMs * 0.8 + took * 0.2;

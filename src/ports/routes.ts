@@ -12,7 +12,10 @@ export const portRoutes: FastifyPluginAsyncTypebox<PortRoutesOptions> = async (a
   app.get(
     '',
     { schema: { summary: 'Every listening TCP socket and bound UDP socket in the guest, with the process, command and service that hold it', response: { 200: PortList } } },
-    async () => ({ ports: table.list() }),
+    async () => {
+      const ports = table.list();
+      return table.truncated ? { ports, truncated: true } : { ports };
+    },
   );
 
   app.get(

@@ -29,7 +29,13 @@ const EventPortFields = Object.fromEntries(
   }),
 ) as typeof PortFields; // the same values, spelled for the document
 
-export const PortList = Type.Object({ ports: Type.Array(Port) }, { additionalProperties: false, title: 'PortList' });
+export const PortList = Type.Object(
+  {
+    ports: Type.Array(Port),
+    truncated: Type.Optional(Type.Boolean({ description: 'true when the guest has more sockets than envd tracks (4,096): the rest, UDP first, are not listed' })),
+  },
+  { additionalProperties: false, title: 'PortList' },
+);
 
 /**
  * The events of GET /ports/watch, name to data (the document's `x-events`, the

@@ -191,3 +191,25 @@ describe('the poll interval', () => {
     expect(timed(50)).toBe(MAX_POLL_INTERVAL_MS);
   });
 });
+
+describe('the tracking limit', () => {
+  it('keeps at most its limit of sockets, reads no further, and says the list is truncated', async () => {
+    const { PortTable } = await import('../../src/ports/port-table.js');
+    const { readBoundSockets } = await import('../../src/ports/proc-net.js');
+    const asked: number[] = [];
+    // Inodes no process holds: owners are looked for once, and not found.
+    const fake = (limit: number) => {
+      asked.push(limit);
+      return Array.from({ length: Math.min(limit, 8) }, (_, i) => ({ protocol: 'udp' as const, address: '127.0.0.1', port: 40_000 + i, inode: 4_000_000_000 + i, uid: 0 }));
+    };
+    const table = new PortTable({ commandOf: () => null, serviceOf: () => null }, fake, 40, () => performance.now(), 5);
+    const listed = table.list();
+    expect(listed.map((p) => p.port)).toEqual([40_000, 40_001, 40_002, 40_003, 40_004]);
+    expect(table.truncated).toBe(true);
+    expect(asked).toEqual([6]);
+    // The real reader stops at its limit too.
+    expect(readBoundSockets(1).length).toBeLessThanOrEqual(1);
+    const all = await envd.json('GET', '/ports');
+    expect(all.body.truncated).toBeUndefined();
+  });
+});
