@@ -16,6 +16,7 @@ import { run as httpFloor } from './http-floor.mjs';
 import { run as keystroke } from './keystroke.mjs';
 import { run as memory } from './memory.mjs';
 import { run as outputStorm } from './output-storm.mjs';
+import { run as ports } from './ports.mjs';
 import { run as readopt } from './readopt.mjs';
 import { run as recovery } from './recovery.mjs';
 import { run as resume } from './resume.mjs';
@@ -50,6 +51,7 @@ const last = [
   ['re-adoption', readopt],
   ['recursive watch of 10,000 files', watchTree],
   ['search and find', search],
+  ['ports and the loopback forward', ports],
 ];
 
 function describeMachine() {

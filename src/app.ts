@@ -12,6 +12,8 @@ import type { OpenApiSource } from './lifecycle/openapi-source.js';
 import { lifecycleRoutes } from './lifecycle/routes.js';
 import { closeAfterLingering } from './lingering-close.js';
 import { MemoryBudget, splitOf, type MemoryPart } from './memory-budget.js';
+import { openPorts, type Ports } from './ports/open-ports.js';
+import { portRoutes } from './ports/routes.js';
 import { lazyRequestLogger } from './request-logger.js';
 import type { Logger } from './logger.js';
 import { SandboxState } from './sandbox-state.js';
@@ -53,7 +55,7 @@ export interface AppDeps {
   machine?: MachineOverrides;
 }
 
-export type App = FastifyInstance & { envd: { state: SandboxState; processes: ProcessRegistry; memoryBudget: MemoryBudget } };
+export type App = FastifyInstance & { envd: { state: SandboxState; processes: ProcessRegistry; memoryBudget: MemoryBudget; ports: Ports } };
 
 const REQUEST_ID = /^[\w.:-]{1,64}$/;
 
@@ -94,6 +96,8 @@ export async function buildApp({ config, logger, state = new SandboxState(config
   if (cgroupMode.mode === 'cgroup') logger.info({ cgroup: cgroupMode.cgroups.commands }, 'commands run in a cgroup v2 each: limits, cgroup.kill, why each ended');
   else logger.info({ why: cgroupMode.why }, 'commands run without cgroups: no limits; kill walks /proc');
   app.addHook('onClose', async () => processes.killAll());
+  const ports = openPorts(config, processes, logger.child({ feature: 'ports' }));
+  app.addHook('onClose', async () => ports.forwarder.enable(false));
 
   app.addHook('onRequest', async (request, reply) => {
     reply.header('x-request-id', request.id);
@@ -137,12 +141,13 @@ export async function buildApp({ config, logger, state = new SandboxState(config
   const snapshot = new SnapshotControl(access.snapshot, logger.child({ feature: 'snapshot' }));
   app.addHook('onClose', async () => snapshot.close());
   app.addHook('preHandler', refuseStartsWhileFrozen(snapshot));
-  await app.register(lifecycleRoutes, { config, state, processes, setClock, openApi, memoryBudget, snapshot, identity: access.identity });
+  await app.register(lifecycleRoutes, { config, state, processes, setClock, openApi, memoryBudget, snapshot, identity: access.identity, forwarder: ports.forwarder });
   await app.register(snapshotRoutes, { prefix: '/snapshot', snapshot });
   await app.register(commandRoutes, { prefix: '/commands', config, state, processes });
   await app.register(fileRoutes, { prefix: '/files', config, state, receiver: processes.holderPath });
+  await app.register(portRoutes, { prefix: '/ports', table: ports.table });
 
-  return Object.assign(app, { envd: { state, processes, memoryBudget } }) as unknown as App;
+  return Object.assign(app, { envd: { state, processes, memoryBudget, ports } }) as unknown as App;
 }
 
 function handleError(error: FastifyError | HttpError, request: FastifyRequest, reply: FastifyReply) {

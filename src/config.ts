@@ -3,6 +3,7 @@ import { homedir, tmpdir } from 'node:os';
 import { isAbsolute, join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { MEMORY_BUDGET_BYTES } from './memory-budget.js';
+import { checkForwardAddresses } from './ports/forward-addresses.js';
 
 export const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;
 export type LogLevel = (typeof LOG_LEVELS)[number];
@@ -71,6 +72,10 @@ export interface Config {
   readonly commandCgroups: 'auto' | 'off';
   /** The image's entrypoint to start once per boot (rootfs/image-to-template.mjs --entrypoint writes it). */
   readonly entrypointFile: string | undefined;
+  /** Loopback-only TCP listeners are made reachable on the guest's other addresses (src/ports/loopback-forward.ts). */
+  readonly forwardLoopback: boolean;
+  /** Where they are made reachable: these addresses, or (undefined) every non-loopback address of the guest. */
+  readonly forwardAddresses: readonly string[] | undefined;
   readonly logLevel: LogLevel;
 }
 
@@ -115,6 +120,10 @@ Options (each also read from the environment variable shown):
                                                       none: process groups only, no limits (off; default auto)
   --entrypoint-file <path>    ENVD_ENTRYPOINT_FILE    the image's entrypoint ({"args","user","cwd","envs"}), started once
                                                       per boot as a tracked background command
+  --forward-loopback <on|off> ENVD_FORWARD_LOOPBACK  a TCP listener bound only to 127.0.0.1 or ::1 is made reachable
+                                                      on the guest's other addresses, same port (default on)
+  --forward-address <addr>    ENVD_FORWARD_ADDRESS    where (repeatable; the variable comma-separated; default every
+                                                      non-loopback address of the guest)
   --log-level <level>         ENVD_LOG_LEVEL          ${LOG_LEVELS.join('|')} (default info)
   --help                      print this help and exit
   --version                   print the version and exit
@@ -138,6 +147,8 @@ const OPTIONS = {
   'entrypoint-file': { type: 'string', env: 'ENVD_ENTRYPOINT_FILE' },
   'reserve-memory': { type: 'string', env: 'ENVD_RESERVE_MEMORY' },
   'command-cgroups': { type: 'string', env: 'ENVD_COMMAND_CGROUPS' },
+  'forward-loopback': { type: 'string', env: 'ENVD_FORWARD_LOOPBACK' },
+  'forward-address': { type: 'string', env: 'ENVD_FORWARD_ADDRESS', multiple: true },
   'log-level': { type: 'string', env: 'ENVD_LOG_LEVEL' },
   help: { type: 'boolean' },
   version: { type: 'boolean' },
@@ -147,7 +158,7 @@ export type CliAction = { kind: 'help' } | { kind: 'version' } | { kind: 'run'; 
 
 /** Reads flags, then the environment, into one frozen Config. Flags win over the environment. */
 export function parseCli(argv: string[], env: NodeJS.ProcessEnv): CliAction {
-  let values: Record<string, string | boolean | undefined>;
+  let values: Record<string, string | string[] | boolean | undefined>;
   try {
     ({ values } = parseArgs({ args: argv, options: OPTIONS, strict: true, allowPositionals: false }));
   } catch (error) {
@@ -157,7 +168,7 @@ export function parseCli(argv: string[], env: NodeJS.ProcessEnv): CliAction {
   if (values.version) return { kind: 'version' };
 
   const problems: string[] = [];
-  const read = (name: Exclude<keyof typeof OPTIONS, 'help' | 'version'>): string | undefined => {
+  const read = (name: Exclude<keyof typeof OPTIONS, 'help' | 'version' | 'forward-address'>): string | undefined => {
     const flag = values[name];
     if (typeof flag === 'string') return flag;
     const fromEnv = env[OPTIONS[name].env];
@@ -211,6 +222,13 @@ export function parseCli(argv: string[], env: NodeJS.ProcessEnv): CliAction {
   const entrypointFile = read('entrypoint-file');
   if (entrypointFile !== undefined && !isAbsolute(entrypointFile)) problems.push(`${describe('entrypoint-file')} must be an absolute path, got ${JSON.stringify(entrypointFile)}`);
 
+  const forwardLoopback = read('forward-loopback') ?? 'on';
+  if (forwardLoopback !== 'on' && forwardLoopback !== 'off') problems.push(`${describe('forward-loopback')} must be on or off, got ${JSON.stringify(forwardLoopback)}`);
+  const forwardFlags = values['forward-address'] as string[] | undefined;
+  const forwardEnv = env.ENVD_FORWARD_ADDRESS?.split(',').map((address) => address.trim()).filter(Boolean);
+  const forwardAddresses = forwardFlags ?? (forwardEnv && forwardEnv.length > 0 ? forwardEnv : undefined);
+  problems.push(...checkForwardAddresses(forwardAddresses ?? []));
+
   const host = read('host') ?? '0.0.0.0';
   if (host.trim() === '') problems.push(`${describe('host')} must not be empty`);
 
@@ -255,6 +273,8 @@ export function parseCli(argv: string[], env: NodeJS.ProcessEnv): CliAction {
       entrypointFile,
       reserveMemoryBytes: reserveMemory!,
       commandCgroups: commandCgroups as 'auto' | 'off',
+      forwardLoopback: forwardLoopback === 'on',
+      forwardAddresses: forwardAddresses && Object.freeze([...forwardAddresses]),
       logLevel: logLevel as LogLevel,
     }),
   };

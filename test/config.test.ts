@@ -32,6 +32,7 @@ describe('parseCli', () => {
       defaultWorkdir: undefined, maxOutputBytes: DEFAULT_MAX_OUTPUT_BYTES, logLevel: 'info', directOutput: true,
       outputMemoryBytes: 33554432, clientMemoryBytes: 52 * 1024 * 1024, maxSpoolBytes: 1073741824, keepFinishedMs: 600_000, keepCollectedMs: 0, ...defaultDirs(process.getuid!(), {}),
       entrypointFile: undefined, reserveMemoryBytes: 128 * 1024 * 1024, commandCgroups: 'auto',
+      forwardLoopback: true, forwardAddresses: undefined,
     });
     expect(DEFAULT_MAX_OUTPUT_BYTES).toBe(67108864);
   });
@@ -42,6 +43,18 @@ describe('parseCli', () => {
     expect(() => run(['--reserve-memory', '1G'])).toThrow(/--reserve-memory \(ENVD_RESERVE_MEMORY\) must be a number of bytes/);
     expect(run(['--entrypoint-file', '/etc/envd/entrypoint.json']).entrypointFile).toBe('/etc/envd/entrypoint.json');
     expect(() => run(['--entrypoint-file', 'entrypoint.json'])).toThrow(/--entrypoint-file \(ENVD_ENTRYPOINT_FILE\) must be an absolute path/);
+  });
+
+  it('takes --forward-loopback on or off, and --forward-address repeated (or ENVD_FORWARD_ADDRESS comma-separated) as IP addresses', () => {
+    expect(run(['--forward-loopback', 'off']).forwardLoopback).toBe(false);
+    expect(run([], { ENVD_FORWARD_LOOPBACK: 'off' }).forwardLoopback).toBe(false);
+    expect(() => run(['--forward-loopback', 'no'])).toThrow(/--forward-loopback \(ENVD_FORWARD_LOOPBACK\) must be on or off, got "no"/);
+    expect(run(['--forward-address', '127.0.0.2', '--forward-address', 'fd00::2']).forwardAddresses).toEqual(['127.0.0.2', 'fd00::2']);
+    expect(run([], { ENVD_FORWARD_ADDRESS: '10.0.0.2, 127.0.0.2' }).forwardAddresses).toEqual(['10.0.0.2', '127.0.0.2']);
+    // The flag wins over the variable, as every option's does.
+    expect(run(['--forward-address', '127.0.0.3'], { ENVD_FORWARD_ADDRESS: '10.0.0.2' }).forwardAddresses).toEqual(['127.0.0.3']);
+    expect(() => run(['--forward-address', 'eth0'])).toThrow(/--forward-address \(ENVD_FORWARD_ADDRESS\) must be an IPv4 or IPv6 address of the guest \(not a wildcard\), got "eth0"/);
+    expect(() => run([], { ENVD_FORWARD_ADDRESS: '0.0.0.0' })).toThrow(/not a wildcard\), got "0.0.0.0"/);
   });
 
   it('takes --command-cgroups auto or off, and refuses anything else naming it', () => {

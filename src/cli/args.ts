@@ -25,6 +25,7 @@ export const HELP: Record<string, string> = {
   grep: 'envd grep [-F] [-i|-s] [-g GLOB]... [-C N] [-m N] [--hidden] [--no-ignore] [--user U] PATTERN [PATH]   search file contents (ripgrep rules); prints path:line:text, exit 1 if nothing matched',
   snapshot: 'envd snapshot prepare [--freeze commands|all|none] [--fsfreeze] [--drop-caches] [--max-wait MS] [--thaw-after MS] | envd snapshot thaw   quiesce the sandbox before a snapshot; thaw it after one that failed',
   find: 'envd find [-t file|dir|any] [-n MAX] [--hidden] [--no-ignore] [--user U] GLOB [PATH]   list paths matching a glob (ripgrep rules), one per line',
+  ports: 'envd ports [-w]                        list the listening TCP and bound UDP ports and who holds them (-w: then follow opens (+) and closes (-))',
 };
 
 type Values = Record<string, string | boolean | string[] | undefined>;

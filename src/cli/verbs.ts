@@ -4,6 +4,7 @@ import { EnvdError, type CommandEvent, type SignalName } from '../client/index.j
 import { SIGNALS } from '../commands/schemas.js';
 import { type Common, help, HELP, parse, pidOf, quote, UsageError, type Verb } from './args.js';
 import { cp } from './cp.js';
+import { portVerbs } from './ports-verbs.js';
 import { searchVerbs } from './search-verbs.js';
 import { snapshotVerbs } from './snapshot-verbs.js';
 import { bytesWanted, follow, type Followed } from './output.js';
@@ -203,4 +204,4 @@ const watch: Verb = async (argv, common) => {
   return 0;
 };
 
-export const verbs: Record<string, Verb> = { exec, ps, attach, logs, kill, cat, ls, cp, watch, ...searchVerbs, ...snapshotVerbs };
+export const verbs: Record<string, Verb> = { exec, ps, attach, logs, kill, cat, ls, cp, watch, ...searchVerbs, ...snapshotVerbs, ...portVerbs };

@@ -2,17 +2,19 @@ import { Commands } from './commands.js';
 import { Files } from './files.js';
 import { Http, type ClientOptions } from './http.js';
 import { Lifecycle } from './lifecycle.js';
+import { Ports } from './ports.js';
 import { SearchFiles } from './search.js';
 import { Snapshot } from './snapshot.js';
 
 export { EnvdError, type CallOptions, type ClientOptions } from './http.js';
 export type { CommandEvent, CommandResult, ExitInfo, ProcessInfo, SignalName, StartBody, StreamBody, StreamOptions } from './commands.js';
 export type { FileEntry, WatchEvent } from './files.js';
+export type { PortEvent, PortInfo } from './ports.js';
 export { parseSse, type SseEvent } from './sse.js';
 export type { PrepareRequest, PrepareResult, ThawResult } from './snapshot.js';
 export type { EditRequest, FindRequest, FoundEntry, SearchMatch, SearchRequest, SearchSummary } from './search.js';
 
-/** A typed client of one envd: `client.commands`, `client.files`, `client.lifecycle`. */
+/** A typed client of one envd: `client.commands`, `client.files`, `client.lifecycle`, `client.ports`. */
 export class EnvdClient {
   readonly commands: Commands;
   readonly files: Files;
@@ -21,6 +23,8 @@ export class EnvdClient {
   readonly search: SearchFiles;
   /** Prepare for a snapshot, thaw after one. */
   readonly snapshot: Snapshot;
+  /** Listening ports and their changes. */
+  readonly ports: Ports;
   /** The base URL (no trailing slash) and token this client was made with. */
   readonly baseUrl: string;
   readonly token: string | undefined;
@@ -34,5 +38,6 @@ export class EnvdClient {
     this.lifecycle = new Lifecycle(http);
     this.search = new SearchFiles(http);
     this.snapshot = new Snapshot(http);
+    this.ports = new Ports(http);
   }
 }

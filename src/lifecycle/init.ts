@@ -20,6 +20,7 @@ export interface InitPlan {
   timestampMs?: number;
   /** entropy, hostname, machine_id, ca_bundle: what makes a fork its own (identity.ts). */
   identity: IdentityPlan;
+  forwardLoopback?: boolean;
 }
 
 /**
@@ -30,6 +31,7 @@ export async function validateInit(body: InitRequest, limitsRefused?: string): P
   const plan: InitPlan = { identity: checkIdentity(body) };
   if (body.access_token !== undefined) plan.accessToken = body.access_token;
   if (body.envs !== undefined) plan.envs = checkEnvs(body.envs);
+  if (body.forward_loopback !== undefined) plan.forwardLoopback = body.forward_loopback;
   if (body.timestamp !== undefined) plan.timestampMs = parseTimestamp(body.timestamp);
   if (body.default_user !== undefined) plan.defaultUser = (await resolveUser(body.default_user, 'default_user')).name;
   if (body.default_workdir !== undefined) plan.defaultWorkdir = await checkWorkdir(body.default_workdir);

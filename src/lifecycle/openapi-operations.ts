@@ -1,6 +1,7 @@
 import type { TSchema } from '@sinclair/typebox';
 import { CommandEvents } from '../commands/schemas.js';
 import { WatchEvents } from '../files/schemas.js';
+import { PortEvents } from '../ports/schemas.js';
 
 /**
  * What the OpenAPI document says about each route beyond its schema, in one
@@ -53,12 +54,21 @@ const WATCH_STREAM: EventStream = {
     'and a new one misses the changes in between (list the directory again after its `ready`). An `error` event ends the stream.',
 };
 
-export type Tag = 'lifecycle' | 'commands' | 'files';
+const PORTS_STREAM: EventStream = {
+  data: PortEvents,
+  success: 'The watch runs: ready with every port open now, then open and close events',
+  framing:
+    'First `ready` `{ports}`, then one `open` or `close` per socket that starts or stops listening (TCP) or is bound or closed (UDP), ' +
+    'within ~100 ms of it. Events carry no `id:` and no `retry:` is sent: a new watch\'s `ready` says what is open.',
+};
+
+export type Tag = 'lifecycle' | 'commands' | 'files' | 'ports';
 
 export const TAGS: { name: Tag; description: string }[] = [
   { name: 'lifecycle', description: 'Health, /init (token, envs, defaults, clock, a fork\'s identity), snapshot prepare and thaw, metrics and this document' },
   { name: 'commands', description: 'Run commands; stream, attach, resume and read their output; stdin, signals, terminals' },
   { name: 'files', description: 'Read, write, upload, download, archive, list, move, remove and watch files' },
+  { name: 'ports', description: 'Listening ports of the guest, who holds them, and their changes as they happen' },
 ];
 
 interface RequestHeader {
@@ -168,4 +178,7 @@ export const OPERATIONS: Record<string, OperationDoc> = {
   'POST /files/search': { operationId: 'searchFiles', tag: 'files', errors: [...FS_READ, 413] },
   'GET /files/find': { operationId: 'findFiles', tag: 'files', errors: FS_READ },
   'POST /files/edit': { operationId: 'editFile', tag: 'files', errors: FS_WRITE },
+
+  'GET /ports': { operationId: 'listPorts', tag: 'ports' },
+  'GET /ports/watch': { operationId: 'watchPorts', tag: 'ports', responseHeaders: RETRY, events: PORTS_STREAM },
 };

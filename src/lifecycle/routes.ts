@@ -13,6 +13,7 @@ import type { OpenApiSource } from './openapi-source.js';
 import { TokenFile } from './token-file.js';
 import { EnvsSchema, HealthSchema, InitBody, MetricsSchema, OpenApiSchema } from './schemas.js';
 import type { MemoryBudget } from '../memory-budget.js';
+import type { LoopbackForwarder } from '../ports/loopback-forward.js';
 
 export interface LifecycleRoutesOptions {
   config: Config;
@@ -27,9 +28,11 @@ export interface LifecycleRoutesOptions {
   snapshot: SnapshotControl;
   /** What /init's entropy, hostname, machine_id and ca_bundle write and call. */
   identity: IdentityMachine;
+  /** /init's forward_loopback switches it. */
+  forwarder?: Pick<LoopbackForwarder, 'enable'>;
 }
 
-export const lifecycleRoutes: FastifyPluginAsyncTypebox<LifecycleRoutesOptions> = async (app, { config, state, processes, setClock = systemClockSetter(processes.holderPath), openApi, memoryBudget, snapshot, identity }) => {
+export const lifecycleRoutes: FastifyPluginAsyncTypebox<LifecycleRoutesOptions> = async (app, { config, state, processes, setClock = systemClockSetter(processes.holderPath), openApi, memoryBudget, snapshot, identity, forwarder }) => {
   const log = app.log.child({ feature: 'lifecycle' });
   const clock = new ClockSync(setClock, log);
   const metrics = new MetricsReader(
@@ -74,6 +77,7 @@ export const lifecycleRoutes: FastifyPluginAsyncTypebox<LifecycleRoutesOptions> 
       applyInit(state, plan);
       const trustStoreEnvs = staged.commit();
       if (trustStoreEnvs !== undefined) state.trustStoreEnvs = trustStoreEnvs;
+      if (plan.forwardLoopback !== undefined) forwarder?.enable(plan.forwardLoopback);
       const sync = plan.timestampMs === undefined ? undefined : clock.sync(plan.timestampMs);
       log.info(
         {

@@ -28,6 +28,7 @@ export const InitBody = Type.Object(
     default_user: Type.Optional(Type.String({ minLength: 1, description: 'Unix user for commands and file ownership when a request names none' })),
     default_workdir: Type.Optional(Type.String({ minLength: 1, description: 'Absolute path of an existing directory' })),
     default_limits: Type.Optional({ ...Limits, description: "Limits for every command that names none of its own (each field separately); {} clears them" }),
+    forward_loopback: Type.Optional(Type.Boolean({ description: "false: loopback-only listeners are no longer made reachable on the guest's other addresses (envd's listeners close; open connections run on); true: again" })),
     timestamp: Type.Optional(
       Type.String({ pattern: ISO_8601, description: "The host's current time, ISO 8601 (e.g. 2026-01-02T03:04:05.678Z)" }),
     ),

@@ -25,7 +25,7 @@ afterAll(async () => {
 const calls: Record<string, (c: EnvdClient) => Promise<unknown>> = {
   'GET /health': (c) => c.lifecycle.health(),
   'POST /init': async (c) => {
-    await c.lifecycle.init({ access_token: server.token, envs: {}, default_user: 'root', default_workdir: '/', default_limits: {}, timestamp: new Date().toISOString() });
+    await c.lifecycle.init({ access_token: server.token, envs: {}, default_user: 'root', default_workdir: '/', default_limits: {}, forward_loopback: false, timestamp: new Date().toISOString() });
     // A fork's identity fields, refused (400: the entropy is no base64) before anything of this machine is touched.
     await c.lifecycle.init({ entropy: 'not base64!', hostname: 'contract', machine_id: 'f'.repeat(32), ca_bundle: 'none' });
   },
@@ -75,6 +75,12 @@ const calls: Record<string, (c: EnvdClient) => Promise<unknown>> = {
   'POST /files/mkdir': (c) => c.files.mkdir(`${dir}/x`, { username: 'root' }),
   'POST /files/watch': async (c) => {
     for await (const _ of c.files.watch({ path: `${dir}/missing`, recursive: true }));
+  },
+  'GET /ports': (c) => c.ports.list(),
+  'GET /ports/watch': async (c) => {
+    const abort = new AbortController();
+    for await (const _ of c.ports.watch({ signal: abort.signal })) break;
+    abort.abort();
   },
 };
 

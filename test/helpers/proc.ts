@@ -108,7 +108,8 @@ async function startListening(file: string, fixedArgs: string[], args: string[],
   const allArgs = [...dirArgs, ...args];
   const child = spawn(file, [...fixedArgs, ...allArgs], {
     cwd,
-    env: { PATH: process.env.PATH, ...ENVD_ENV, ...env },
+    // Forwarding off unless the test asks: a test envd must not make the runner's loopback listeners reachable elsewhere.
+    env: { PATH: process.env.PATH, ...ENVD_ENV, ENVD_FORWARD_LOOPBACK: 'off', ...env },
     stdio: ['ignore', 'pipe', 'inherit'],
   });
   const lines: string[] = [];

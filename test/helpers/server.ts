@@ -47,6 +47,9 @@ export function testConfig(overrides: Partial<Config> = {}): Config {
     entrypointFile: undefined,
     reserveMemoryBytes: 128 * 1024 * 1024,
     commandCgroups: 'auto',
+    // An in-process test envd must not make the runner's loopback listeners (other tests', other users') reachable elsewhere.
+    forwardLoopback: false,
+    forwardAddresses: undefined,
     logLevel: 'info',
     ...overrides,
   };

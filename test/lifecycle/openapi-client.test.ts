@@ -28,6 +28,7 @@ type ExitEvent = components['schemas']['ExitEvent'];
 type WatchChangeEvent = components['schemas']['WatchChangeEvent'];
 type Error = components['schemas']['Error'];
 type FoundEntry = components['schemas']['FoundEntry'];
+type Port = components['schemas']['Port'];
 
 /** Calls every route; answers each call's status and a few values to check. */
 export async function everyRoute(baseUrl: string, token: string, dir: string): Promise<{ statuses: Record<string, number>; values: Record<string, unknown> }> {
@@ -104,13 +105,15 @@ export async function everyRoute(baseUrl: string, token: string, dir: string): P
   const moved: EntryInfo | undefined = note('POST /files/rename', await client.POST('/files/rename', { body: { from: dir + '/c', to: dir + '/d' } })).data;
   const made: boolean | undefined = note('POST /files/mkdir', await client.POST('/files/mkdir', { body: { path: dir + '/e/f' } })).data?.created;
   const watched = await text(note('POST /files/watch', await client.POST('/files/watch', { body: { path: dir, recursive: true }, parseAs: 'stream' })).response.body, false);
+  const ports: Port[] | undefined = note('GET /ports', await client.GET('/ports')).data?.ports;
+  const portsWatched = await text(note('GET /ports/watch', await client.GET('/ports/watch', { parseAs: 'stream' })).response.body, false);
   const removed: boolean | undefined = note('DELETE /files', await client.DELETE('/files', { params: { query: { path: dir + '/d' } } })).data?.removed;
 
   const exit: ExitEvent = { exit_code: 0, reason: 'exited' };
   const change: WatchChangeEvent = { type: 'create', path: dir };
   return {
     statuses,
-    values: { version, envs, cpus, doc, tookMs, thawedBy, result, failure, streamed, listed, stats, waited, attached, kept, outputBytes, killed, uploaded, range, read, lines, searched, found, edited, exists, info, extracted, entries, moved, made, watched, removed, exit, change },
+    values: { version, envs, cpus, doc, tookMs, thawedBy, result, failure, streamed, listed, stats, waited, attached, kept, outputBytes, killed, uploaded, range, read, lines, searched, found, edited, exists, info, extracted, entries, moved, made, watched, ports, portsWatched, removed, exit, change },
   };
 }
 `;
@@ -201,6 +204,9 @@ describe('a client generated from the OpenAPI document', () => {
       expect(values.streamed).toMatch(/event: stdout\n(id: .*\n)?data: \{"stream":"stdout","data":"streamed\\n"\}/);
       expect(values.attached).toContain('event: exit');
       expect(values.watched).toContain('event:ready');
+      // envd's own listener is among the ports, with its port number.
+      expect(values.ports).toEqual(expect.arrayContaining([expect.objectContaining({ protocol: 'tcp', port: Number(new URL(envd.url).port), pid: envd.child.pid })]));
+      expect(values.portsWatched).toContain('event:ready');
       expect(values.searched.trim().split('\n').map((line: string) => JSON.parse(line))).toEqual([
         expect.objectContaining({ type: 'match', path: join(dir, 'work', 'c'), line: 1, text: 'text' }),
         expect.objectContaining({ type: 'summary', matches: 1 }),

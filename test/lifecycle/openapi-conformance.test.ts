@@ -2,6 +2,7 @@ import { Ajv, type ValidateFunction } from 'ajv';
 import formats from 'ajv-formats';
 import { execFileSync } from 'node:child_process';
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -348,6 +349,20 @@ const CASES: Record<string, () => Case[]> = {
     { name: 'no edits', status: 400, json: { path: join(dir, 'edit.txt'), edits: [] } },
     { name: 'a missing file', status: 404, json: { path: join(dir, 'missing'), edits: [{ old: 'a', new: 'b' }] } },
   ],
+
+  listPorts: () => [{ name: 'the listening sockets', status: 200 }],
+  watchPorts: () => {
+    const listener = createServer();
+    return [
+      {
+        name: 'ready, then an open and a close',
+        status: 200,
+        // Open for longer than a poll: a socket gone between two polls is never seen.
+        whenStarted: () => void listener.listen(0, '127.0.0.1', () => setTimeout(() => listener.close(), 300)),
+        until: (event) => event === 'close',
+      },
+    ];
+  },
 };
 
 /** Operations this envd (proc mode, so that the test leaves the machine's cgroups alone) cannot answer with a success, and where that is proven. */

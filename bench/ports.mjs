@@ -1,0 +1,251 @@
+// Ports and the loopback forward (issue 39), on dist/envd:
+//  - port event latency: listen()/close() in this process → the `open`/`close` event on GET /ports/watch;
+//  - what watching costs: envd's CPU and RSS with a watch open against the same envd idle (forwarding off);
+//  - forward throughput: one connection's download through 127.0.0.2 (envd's forward) against 127.0.0.1 direct;
+//  - forward round-trip overhead: p50 of a 64-byte echo through the forward less direct;
+//  - memory of 1,000 idle forwarded connections: envd's RSS with them open less before.
+import { spawn } from 'node:child_process';
+import { readFileSync } from 'node:fs';
+import { connect, createServer } from 'node:net';
+import { createInterface } from 'node:readline';
+import { readSse, send } from './lib/client.mjs';
+import { rssBytes, startEnvd } from './lib/envd-process.mjs';
+import { atLeast, atMost, makeRow, printRow, runIfMain } from './lib/figure.mjs';
+import { median, percentile } from './lib/stats.mjs';
+
+const FORWARD = '127.0.0.2';
+const EVENT_DEADLINE_MS = 5_000;
+const MIB = 1024 * 1024;
+
+/** CPU time (user + system) of a process, in ms. */
+function cpuMs(pid) {
+  const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1].split(' ');
+  return ((Number(fields[11]) + Number(fields[12])) * 1000) / 100; // clock ticks at USER_HZ 100
+}
+
+const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/** Opens GET /ports/watch; resolves once `ready` came, with { close() }; `onEvent(event, data)` for each open/close. */
+async function watchPorts(envd, onEvent) {
+  const controller = new AbortController();
+  const res = await send(envd, 'GET', '/ports/watch', { read: false, signal: controller.signal });
+  if (res.statusCode !== 200) throw new Error(`GET /ports/watch answered ${res.statusCode}`);
+  let ready;
+  const armed = new Promise((resolve) => (ready = resolve));
+  const ended = readSse(res, (event, data) => (event === 'ready' ? ready() : onEvent(event, JSON.parse(data)))).catch(() => {});
+  await armed;
+  return {
+    async close() {
+      controller.abort();
+      res.destroy();
+      await ended;
+    },
+  };
+}
+
+/** A server in its own process on 127.0.0.1: `download BYTES` (each connection gets that many bytes, then FIN), `echo`, or `hold` (accepts and keeps). */
+async function startPeer(mode, bytes = 0) {
+  const script = `
+    const { createServer } = require('node:net');
+    const [mode, bytes] = process.argv.slice(1);
+    const block = Buffer.alloc(1 << 20, 7);
+    const server = createServer({ noDelay: true }, (socket) => {
+      socket.on('error', () => {}); // a probe that left at once
+      if (mode === 'echo') return socket.pipe(socket);
+      if (mode === 'hold') return;
+      let left = Number(bytes);
+      const more = () => { while (left > 0) { const n = Math.min(left, block.length); left -= n; if (!socket.write(n === block.length ? block : block.subarray(0, n))) return socket.once('drain', more); } socket.end(); };
+      more();
+    });
+    server.listen(0, '127.0.0.1', () => console.log(server.address().port));`;
+  const child = spawn(process.execPath, ['-e', script, mode, String(bytes)], { stdio: ['ignore', 'pipe', 'inherit'] });
+  const port = Number(await new Promise((resolve) => createInterface({ input: child.stdout }).once('line', resolve)));
+  return { port, stop: () => child.kill('SIGKILL') };
+}
+
+async function waitForForward(port) {
+  const deadline = performance.now() + EVENT_DEADLINE_MS;
+  for (;;) {
+    const ok = await new Promise((resolve) => {
+      const socket = connect({ host: FORWARD, port }, () => (socket.destroy(), resolve(true)));
+      socket.once('error', () => resolve(false));
+    });
+    if (ok) return;
+    if (performance.now() > deadline) throw new Error(`${FORWARD}:${port} not forwarded within ${EVENT_DEADLINE_MS} ms`);
+    await sleep(10);
+  }
+}
+
+/** Reads one connection's download to its end: bytes per second. */
+function download(host, port) {
+  return new Promise((resolve, reject) => {
+    const started = performance.now();
+    let bytes = 0;
+    const socket = connect({ host, port });
+    socket.on('data', (chunk) => (bytes += chunk.length));
+    socket.once('end', () => resolve(bytes / ((performance.now() - started) / 1000)));
+    socket.once('error', reject);
+  });
+}
+
+/** `count` 64-byte round trips over one connection: each one's time in ms. */
+async function roundTrips(host, port, count) {
+  const socket = connect({ host, port, noDelay: true });
+  await new Promise((resolve) => socket.once('connect', resolve));
+  const message = Buffer.alloc(64, 1);
+  const samples = [];
+  for (let i = 0; i < count; i++) {
+    const started = performance.now();
+    let got = 0;
+    await new Promise((resolve) => {
+      const onData = (chunk) => {
+        got += chunk.length;
+        if (got >= message.length) {
+          socket.off('data', onData);
+          resolve();
+        }
+      };
+      socket.on('data', onData);
+      socket.write(message);
+    });
+    samples.push(performance.now() - started);
+  }
+  socket.destroy();
+  return samples;
+}
+
+async function eventLatency(envd, quick) {
+  const rounds = quick ? 20 : 60;
+  const waiting = new Map();
+  const watch = await watchPorts(envd, (event, data) => waiting.get(`${event} ${data.port}`)?.(performance.now()));
+  const opens = [];
+  const closes = [];
+  const seen = (key) =>
+    new Promise((resolve, reject) => {
+      const timer = setTimeout(() => reject(new Error(`no ${key} event within ${EVENT_DEADLINE_MS} ms`)), EVENT_DEADLINE_MS);
+      waiting.set(key, (at) => (clearTimeout(timer), waiting.delete(key), resolve(at)));
+    });
+  try {
+    for (let i = 0; i < rounds; i++) {
+      const server = createServer();
+      const listenedAt = performance.now();
+      await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
+      const { port } = server.address();
+      opens.push((await seen(`open ${port}`)) - listenedAt);
+      const closedAt = performance.now();
+      server.close();
+      closes.push((await seen(`close ${port}`)) - closedAt);
+      // Off the poll's phase: each round starts at another point of the interval.
+      await sleep(7 + (i % 5) * 9);
+    }
+  } finally {
+    await watch.close();
+  }
+  const all = [...opens, ...closes];
+  const note = `${rounds} listens and closes; open p50 ${median(opens).toFixed(1)}, close p50 ${median(closes).toFixed(1)}, p99 ${percentile(all, 0.99).toFixed(1)}, max ${Math.max(...all).toFixed(1)} ms`;
+  return [makeRow({ name: 'port event latency p50', unit: 'ms', envd: median(all), goal: atMost(50, 'ms'), note })];
+}
+
+async function watchCost(quick) {
+  const windowMs = quick ? 5_000 : 15_000;
+  const envd = await startEnvd({ executable: true, args: ['--forward-loopback', 'off'] });
+  try {
+    // Once first: what the first watch compiles and allocates for good is no cost of watching.
+    await (await watchPorts(envd, () => {})).close();
+    await sleep(1_000);
+    const idleRss = rssBytes(envd.pid);
+    let before = cpuMs(envd.pid);
+    await sleep(windowMs);
+    const idleCpu = ((cpuMs(envd.pid) - before) / windowMs) * 100;
+    const watch = await watchPorts(envd, () => {});
+    await sleep(1_000);
+    before = cpuMs(envd.pid);
+    await sleep(windowMs);
+    const watchCpu = ((cpuMs(envd.pid) - before) / windowMs) * 100;
+    const watchRss = rssBytes(envd.pid);
+    await watch.close();
+    const cpuNote = `envd's CPU over ${windowMs / 1000} s with one watch open (polling /proc/net), baseline the same envd idle; 1 tick = ${(100 / (windowMs / 10)).toFixed(2)} %`;
+    return [
+      makeRow({ name: 'ports watch CPU', unit: '% of a core', envd: watchCpu, baseline: idleCpu, ratio: null, goal: atMost(1, '% of a core'), note: cpuNote }),
+      makeRow({ name: 'ports watch memory over idle', unit: 'MiB', envd: (watchRss - idleRss) / MIB, goal: atMost(2, 'MiB'), note: 'RSS with the watch open less before it' }),
+    ];
+  } finally {
+    await envd.stop();
+  }
+}
+
+async function forwardFigures(quick) {
+  const envd = await startEnvd({ executable: true, extraEnv: { ENVD_FORWARD_ADDRESS: FORWARD } });
+  const rows = [];
+  try {
+    // Throughput: best of A B A B runs of one connection's download.
+    const size = (quick ? 256 : 1024) * MIB;
+    const downloader = await startPeer('download', size);
+    try {
+      await waitForForward(downloader.port);
+      const direct = [];
+      const forwarded = [];
+      for (let i = 0; i < 3; i++) {
+        direct.push(await download('127.0.0.1', downloader.port));
+        forwarded.push(await download(FORWARD, downloader.port));
+      }
+      const best = (list) => Math.max(...list) / MIB;
+      rows.push(
+        makeRow({ name: 'forward throughput', unit: 'MiB/s', envd: best(forwarded), baseline: best(direct), ratio: best(forwarded) / best(direct), goal: atLeast(0.8), note: `${size / MIB} MiB downloads, best of 3 each, A B A B` }),
+      );
+    } finally {
+      downloader.stop();
+    }
+
+    // Round trips: 64-byte echoes over one connection, direct and forwarded in turn.
+    const echo = await startPeer('echo');
+    try {
+      await waitForForward(echo.port);
+      const count = quick ? 500 : 2_000;
+      const direct = [];
+      const forwarded = [];
+      for (let i = 0; i < 2; i++) {
+        direct.push(...(await roundTrips('127.0.0.1', echo.port, count)));
+        forwarded.push(...(await roundTrips(FORWARD, echo.port, count)));
+      }
+      const overhead = median(forwarded) - median(direct);
+      rows.push(makeRow({ name: 'forward round-trip overhead p50', unit: 'ms', envd: overhead, goal: atMost(0.2, 'ms'), note: `64-byte echo: p50 ${median(forwarded).toFixed(3)} ms forwarded, ${median(direct).toFixed(3)} ms direct` }));
+    } finally {
+      echo.stop();
+    }
+
+    // Memory: 1,000 idle connections through the forward.
+    const holder = await startPeer('hold');
+    const sockets = [];
+    try {
+      await waitForForward(holder.port);
+      await sleep(500);
+      const before = rssBytes(envd.pid);
+      for (let i = 0; i < 1_000; i++) {
+        const socket = connect({ host: FORWARD, port: holder.port });
+        socket.on('error', () => {});
+        sockets.push(socket);
+        await new Promise((resolve) => socket.once('connect', resolve));
+      }
+      await sleep(2_000);
+      const after = rssBytes(envd.pid);
+      rows.push(makeRow({ name: 'memory of 1,000 idle forwarded connections', unit: 'MiB', envd: (after - before) / MIB, goal: atMost(8, 'MiB'), note: `envd's RSS ${(before / MIB).toFixed(1)} → ${(after / MIB).toFixed(1)} MiB` }));
+    } finally {
+      for (const socket of sockets) socket.destroy();
+      holder.stop();
+    }
+
+    rows.unshift(...(await eventLatency(envd, quick)));
+  } finally {
+    await envd.stop();
+  }
+  return rows;
+}
+
+export async function run({ quick = false } = {}) {
+  const rows = [...(await forwardFigures(quick)), ...(await watchCost(quick))];
+  rows.forEach(printRow);
+  return rows;
+}
+
+await runIfMain(import.meta.url, run);

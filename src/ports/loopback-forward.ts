@@ -1,0 +1,151 @@
+import { connect, createServer, isIPv4, type Server, type Socket } from 'node:net';
+import type { Logger } from '../logger.js';
+import { ForwardBuffers, pump } from './byte-pump.js';
+import type { PortEntry, PortListener, PortTable } from './port-table.js';
+import { isLoopback } from './proc-net.js';
+
+/**
+ * Forwarded connections open at once, over every port. Each costs two sockets
+ * of envd's (~5 KiB idle, docs/performance.md) and two descriptors; past this
+ * a new connection is reset and the reason logged once.
+ */
+export const MAX_FORWARDED_CONNECTIONS = 4096;
+
+/** One loopback-only port made reachable: its loopback listeners, and envd's listeners on the other addresses. */
+interface PortForward {
+  port: number;
+  /** The loopback listeners on this port (127.0.0.1 and ::1 may both be there). */
+  targets: PortEntry[];
+  /** envd's listener on each forward address. */
+  servers: Map<string, Server>;
+}
+
+/**
+ * Makes every TCP listener bound only to loopback (127.0.0.0/8, ::1) reachable
+ * on the guest's other addresses, on the same port: a dev server that binds
+ * 127.0.0.1 (most do by default) is reached by the traffic proxy at the
+ * guest's address. envd listens there while the loopback listener is there
+ * (the port table tells it within a poll of the listen and of the close), and
+ * copies the bytes of each connection both ways unchanged, half-closes
+ * included (byte-pump.ts). An address where something else already holds
+ * that port is left alone, said once in the log.
+ */
+export class LoopbackForwarder implements PortListener {
+  private readonly forwards = new Map<number, PortForward>();
+  private unsubscribe: (() => void) | undefined;
+  private connections = 0;
+  private saidFull = false;
+  readonly buffers = new ForwardBuffers();
+
+  constructor(
+    private readonly table: PortTable,
+    /** Where to listen: the guest's non-loopback addresses, or --forward-address. */
+    private readonly addresses: () => string[],
+    private readonly log: Logger,
+    private readonly maxConnections = MAX_FORWARDED_CONNECTIONS,
+  ) {
+    table.isHidden = (entry) => this.isOwn(entry);
+  }
+
+  get enabled(): boolean {
+    return this.unsubscribe !== undefined;
+  }
+
+  /** Forwarded connections open now. */
+  get connectionCount(): number {
+    return this.connections;
+  }
+
+  /** Turns forwarding on (every loopback listener open now, then each one that opens) or off (envd's listeners close; open connections run to their end). */
+  enable(on: boolean): void {
+    if (on === this.enabled) return;
+    if (on) {
+      this.unsubscribe = this.table.subscribe(this);
+      for (const entry of this.table.entries()) this.onOpen(entry);
+      this.log.info({ addresses: this.addresses() }, 'loopback listeners are made reachable on the guest addresses');
+    } else {
+      this.unsubscribe!();
+      this.unsubscribe = undefined;
+      for (const forward of this.forwards.values()) this.stop(forward);
+      this.forwards.clear();
+      this.log.info('loopback forwarding is off');
+    }
+  }
+
+  onOpen(entry: PortEntry): void {
+    if (!this.isTarget(entry)) return;
+    let forward = this.forwards.get(entry.port);
+    if (forward) return void forward.targets.push(entry);
+    forward = { port: entry.port, targets: [entry], servers: new Map() };
+    this.forwards.set(entry.port, forward);
+    for (const address of this.addresses()) this.listen(forward, address);
+  }
+
+  onClose(entry: PortEntry): void {
+    const forward = this.forwards.get(entry.port);
+    if (!forward) return;
+    forward.targets = forward.targets.filter((target) => target !== entry);
+    if (forward.targets.length > 0) return;
+    this.stop(forward);
+    this.forwards.delete(entry.port);
+  }
+
+  /** A loopback TCP listener that is not envd's own (a forward address may itself be loopback, 127.0.0.2 in tests). */
+  private isTarget(entry: PortEntry): boolean {
+    return entry.protocol === 'tcp' && isLoopback(entry.address) && !this.isOwn(entry) && !this.addresses().includes(entry.address);
+  }
+
+  private isOwn(entry: PortEntry): boolean {
+    return entry.pid === process.pid && entry.protocol === 'tcp' && this.forwards.get(entry.port)?.servers.has(entry.address) === true;
+  }
+
+  private listen(forward: PortForward, address: string): void {
+    const server = createServer({ allowHalfOpen: true, pauseOnConnect: true, noDelay: true }, (client) => this.accept(client, forward, address));
+    forward.servers.set(address, server);
+    server.once('error', (error: NodeJS.ErrnoException) => {
+      forward.servers.delete(address);
+      // Once per listen of the loopback port: the next listen of it tries again.
+      if (error.code === 'EADDRINUSE') this.log.info({ address, port: forward.port }, 'not forwarding a loopback port: something already listens on it at this address');
+      else this.log.warn({ address, port: forward.port, err: error }, 'cannot forward a loopback port to this address');
+    });
+    server.listen({ host: address, port: forward.port, exclusive: true });
+  }
+
+  private stop(forward: PortForward): void {
+    for (const server of forward.servers.values()) server.close(() => {});
+    forward.servers.clear();
+  }
+
+  private accept(client: Socket, forward: PortForward, address: string): void {
+    if (this.connections >= this.maxConnections) {
+      if (!this.saidFull) this.log.warn({ limit: this.maxConnections }, 'refusing forwarded connections: too many open at once');
+      this.saidFull = true;
+      return void client.resetAndDestroy();
+    }
+    this.saidFull = false;
+    const target = pickTarget(forward.targets, address);
+    if (!target) return void client.resetAndDestroy();
+    this.connections++;
+    let closed = 0;
+    const onClose = () => {
+      if (++closed === 2) this.connections--;
+    };
+    const upstream = connect({ host: target.address, port: forward.port, allowHalfOpen: true, noDelay: true });
+    client.once('close', onClose);
+    upstream.once('close', onClose);
+    // An abort on one side is an abort on the other (a reset, not a polite end the peer would take for a complete answer).
+    client.on('error', () => upstream.resetAndDestroy());
+    upstream.on('error', () => client.resetAndDestroy());
+    upstream.once('connect', () => {
+      pump(client, upstream, this.buffers);
+      pump(upstream, client, this.buffers);
+      client.resume();
+    });
+  }
+}
+
+/** The loopback listener of the same family as the address connected to, or else the other one. */
+function pickTarget(targets: PortEntry[], address: string): PortEntry | undefined {
+  const v4 = isIPv4(address);
+  return targets.find((target) => isIPv4(target.address) === v4) ?? targets[0];
+}

@@ -1,0 +1,95 @@
+// Servers in the guest (issue 39): a command runs busybox httpd on 127.0.0.1
+// only, and the host reaches it at the guest's address, through envd's loopback
+// forward; GET /ports and /ports/watch see it with the command that owns it.
+// The busybox + musl image: nothing but a kernel, busybox and /etc/passwd.
+import { randomBytes } from 'node:crypto';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { readEvents } from '../helpers/sse.js';
+import { createClient, run, waitForHealth, type EnvdClient } from './client.js';
+import { BUSYBOX_IMAGE_FILE } from './paths.js';
+import { createOverlay, startQemu, type QemuGuest } from './qemu.js';
+
+const BOOT_TIMEOUT_MS = 180_000;
+const NETWORK = 'ip=10.0.2.15::10.0.2.2:255.255.255.0:envd-ports:eth0:off';
+const HTTPD_PORT = 8080;
+
+describe('ports and the loopback forward in a qemu VM (busybox + musl image)', () => {
+  let dir: string;
+  let vm: QemuGuest | undefined;
+  let client: EnvdClient;
+  const token = randomBytes(24).toString('hex');
+
+  beforeAll(async () => {
+    dir = mkdtempSync(join(tmpdir(), 'envd-qemu-ports-'));
+    createOverlay(BUSYBOX_IMAGE_FILE, join(dir, 'disk.qcow2'));
+    // The host reaches the guest's own address (10.0.2.15) on 8080 through qemu's forward, as the traffic proxy would.
+    vm = await startQemu({ disk: join(dir, 'disk.qcow2'), dir, name: 'ports', memoryMiB: 512, append: NETWORK, extraPorts: [HTTPD_PORT] });
+    await waitForHealth(vm.url, BOOT_TIMEOUT_MS, vm.alive);
+    client = createClient(vm.url);
+    expect((await client.call('POST', '/init', { access_token: token })).status).toBe(204);
+    client.token = token;
+  });
+
+  afterAll(async () => {
+    await vm?.stop();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  it('a command serving on 127.0.0.1:8080 is reached from the host at the guest address; /ports names the command; the watch saw it open', async () => {
+    await run(client, 'mkdir -p /tmp/www && echo served-from-loopback > /tmp/www/index.html', { user: 'root' });
+    const abort = new AbortController();
+    const events = readEvents(await client.call('GET', '/ports/watch', undefined, { signal: abort.signal }));
+    expect((await events.next()).value?.event).toBe('ready');
+
+    const started = Date.now();
+    const { status, body } = await client.json('POST', '/commands', { cmd: `busybox httpd -f -p 127.0.0.1:${HTTPD_PORT} -h /tmp/www`, user: 'root', background: true });
+    expect(status).toBe(200);
+    for (;;) {
+      const { value, done } = await events.next();
+      if (done) throw new Error('the ports watch ended');
+      if (value.event === 'open' && value.data.port === HTTPD_PORT) {
+        expect(value.data).toMatchObject({ protocol: 'tcp', address: '127.0.0.1', command_pid: body.pid, user: 'root' });
+        break;
+      }
+    }
+    console.log(`ports: command start → open event ${Date.now() - started} ms (TCG)`);
+    abort.abort();
+
+    // The forward listens within a poll of the listen; TCG makes everything slower, so wait for it.
+    const url = `${vm!.extraUrls[HTTPD_PORT]}/index.html`;
+    let text = '';
+    const deadline = Date.now() + 30_000;
+    while (Date.now() < deadline) {
+      try {
+        const response = await fetch(url, { signal: AbortSignal.timeout(5_000) });
+        text = await response.text();
+        if (response.status === 200) break;
+      } catch {
+        // not forwarded yet
+      }
+      await new Promise((resolve) => setTimeout(resolve, 100));
+    }
+    expect(text).toBe('served-from-loopback\n');
+    console.log(`ports: command start → the host reached httpd at the guest address ${Date.now() - started} ms (TCG)`);
+
+    const ports = (await client.json('GET', '/ports')).body.ports.filter((port: any) => port.port === HTTPD_PORT);
+    // envd's own listener on 10.0.2.15:8080 is plumbing, not listed.
+    expect(ports).toEqual([expect.objectContaining({ protocol: 'tcp', address: '127.0.0.1', command_pid: body.pid, cmd: expect.stringContaining('httpd') })]);
+
+    // The loopback listener gone, the forward goes too.
+    expect((await client.call('DELETE', `/commands/${body.pid}`)).status).toBe(200);
+    const gone = Date.now() + 30_000;
+    let refused = false;
+    while (!refused && Date.now() < gone) {
+      refused = await fetch(url, { signal: AbortSignal.timeout(5_000) }).then(
+        () => false,
+        () => true,
+      );
+      if (!refused) await new Promise((resolve) => setTimeout(resolve, 100));
+    }
+    expect(refused).toBe(true);
+  });
+});
