@@ -6,7 +6,8 @@ import { pipeline } from 'node:stream/promises';
 import { badRequest, conflict, errnoToHttpError } from '../errors.js';
 import { STREAM_CHUNK_BYTES } from './chunk-size.js';
 import type { Owner } from './paths.js';
-import { createExclusive, lstatAt, openDirectory, openParent, renameAt, reopenPath, type UserDir } from './user-path.js';
+import { createExclusive, reopenPath } from './user-file.js';
+import { lstatAt, openDirectory, openParent, renameAt, type UserDir } from './user-path.js';
 
 const NEW_FILE_MODE = 0o644;
 
