@@ -48,10 +48,14 @@ export function formatPermissions(stats: Stats): string {
   return typeLetter(stats) + triplet(6, 0o4000, 's', 'S') + triplet(3, 0o2000, 's', 'S') + triplet(0, 0o1000, 't', 'T');
 }
 
-/** Describes what is at `path` without following a final symlink. */
-export async function describeEntry(path: string, names: OwnerNames, stats?: Stats): Promise<EntryInfo> {
+/**
+ * Describes what is at `path` without following a final symlink. `at` is
+ * where fs finds it when that is not `path` itself: a dirfd-relative
+ * spelling (user-path.ts) in a directory a user can change.
+ */
+export async function describeEntry(path: string, names: OwnerNames, stats?: Stats, at = path): Promise<EntryInfo> {
   try {
-    stats ??= await lstat(path);
+    stats ??= await lstat(at);
     const entry: EntryInfo = {
       name: basename(path) || '/',
       path,
@@ -63,7 +67,7 @@ export async function describeEntry(path: string, names: OwnerNames, stats?: Sta
       group: names.group(stats.gid),
       modified_at: stats.mtime.toISOString(),
     };
-    if (stats.isSymbolicLink()) entry.symlink_target = await readlink(path);
+    if (stats.isSymbolicLink()) entry.symlink_target = await readlink(at);
     return entry;
   } catch (error) {
     throw errnoToHttpError(error, path);

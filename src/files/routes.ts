@@ -241,7 +241,7 @@ export const fileRoutes: FastifyPluginAsyncTypebox<FileRoutesOptions> = async (a
   app.get(
     '/list',
     { schema: { summary: 'List a directory down to `depth` levels', querystring: S.ListQuery, response: { 200: S.EntryList, ...S.errors(400, 404, 413) } } },
-    async (request) => ({ entries: await listDirectory(checkPath(request.query.path, 'path'), request.query.depth ?? 1) }),
+    async (request) => ({ entries: await listDirectory(checkPath(request.query.path, 'path'), request.query.depth ?? 1, await resolveOwner(state, undefined)) }),
   );
 
   app.post(
@@ -277,7 +277,7 @@ export const fileRoutes: FastifyPluginAsyncTypebox<FileRoutesOptions> = async (a
     async (request, reply) => {
       const path = checkPath(request.body.path, 'path');
       // Errors up to here (and while arming) are plain JSON answers; after hijack the stream owns the socket.
-      const armed = await armWatch(watches, path, request.body.recursive ?? false);
+      const armed = await armWatch(watches, path, request.body.recursive ?? false, await resolveOwner(state, undefined));
       reply.hijack();
       await streamWatch(armed, request.raw, reply.raw, request.log);
     },

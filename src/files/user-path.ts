@@ -92,6 +92,17 @@ export class UserDir {
     return posix.join(this.path, name);
   }
 
+  /**
+   * Hands the descriptor over to a caller that keeps it beyond this object
+   * (a watch holds its directory for as long as it watches it); the caller
+   * closes it. Never the shared `/`.
+   */
+  detach(): number {
+    if (this.closed || this.shared) throw new Error(`${this.path}: cannot hand over a closed or shared directory`);
+    this.closed = true;
+    return this.fd;
+  }
+
   async close(): Promise<void> {
     if (this.closed || this.shared) return;
     this.closed = true;
