@@ -160,4 +160,48 @@ describe.runIf(isRoot())('root follows no directory a plain user swaps for a sym
       await watch.close();
     }
   });
+
+  it('answers 300 archive downloads of a tree whose file the user keeps swapping with a FIFO, and /health answers within 2 s throughout (36, item 6)', async () => {
+    const home = join(target.dir, 'fifo-swap');
+    const tree = join(home, 'tree');
+    asUserSh(`mkdir -p ${tree}/sub && echo f > ${tree}/f && mkfifo ${home}/fifo && for i in 1 2 3 4 5 6 7 8; do echo s > ${tree}/sub/s$i; done`);
+    // tree/f and the FIFO trade places by rename, as fast as the user can: a listing says "file", the open finds a FIFO.
+    const swapper = asUser(
+      home,
+      `const fs = require('fs'); const path = require('path'); const at = (...n) => path.join(process.env.HOME_DIR, ...n);
+       const tick = () => { try { fs.renameSync(at('tree', 'f'), at('f.away')); fs.renameSync(at('fifo'), at('tree', 'f')); fs.renameSync(at('tree', 'f'), at('fifo')); fs.renameSync(at('f.away'), at('tree', 'f')); } catch {} setImmediate(tick); };
+       tick();`,
+      { HOME_DIR: home },
+    );
+    let probing = true;
+    const slowest = { health: 0 };
+    const probe = (async () => {
+      while (probing) {
+        const started = Date.now();
+        const response = await target.call('GET', '/health', undefined, within(10_000));
+        expect(response.status).toBe(200);
+        slowest.health = Math.max(slowest.health, Date.now() - started);
+        await new Promise((resolve) => setTimeout(resolve, 20));
+      }
+    })();
+    try {
+      for (let round = 0; round < 30; round++) {
+        const answers = await Promise.all(
+          Array.from({ length: 10 }, (_, i) =>
+            target.call('GET', `/files/archive?${q(tree)}${i % 2 ? '&format=tar.gz' : ''}`, undefined, within(20_000)).then(async (response) => {
+              await response.arrayBuffer();
+              return response.status;
+            }),
+          ),
+        );
+        expect(answers.every((status) => status === 200)).toBe(true);
+      }
+    } finally {
+      probing = false;
+      await probe;
+      await stop(swapper);
+    }
+    // Generous for a loaded 2-core machine: a stalled event loop never answers at all.
+    expect(slowest.health).toBeLessThan(2_000);
+  }, 120_000);
 });
