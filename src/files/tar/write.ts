@@ -14,13 +14,17 @@ import { BLOCK, encodeHeader, padding } from './format.js';
 export const CHUNK_BYTES = DOWNLOAD_CHUNK_BYTES;
 /** The largest piece: a chunk of a large file with its padding. */
 export const PIECE_BYTES = CHUNK_BYTES + BLOCK;
-/** Files up to this size are read straight into the piece being filled; larger ones are read in pieces of their own. */
-const SMALL_FILE_BYTES = 256 * 1024;
 /**
- * The smallest piece size a caller may ask for: a small file with its
- * headers (a long name's extra blocks included) and padding must fit one piece.
+ * Files up to this size are read straight into the piece being filled;
+ * larger ones are read in pieces of their own. Smaller pieces take smaller
+ * files: a small file with its headers (a long name's extra blocks
+ * included) and padding must fit one piece.
  */
-export const MIN_CHUNK_BYTES = SMALL_FILE_BYTES + 32 * BLOCK;
+const SMALL_FILE_BYTES = 256 * 1024;
+/** Room in a piece for a file's headers and padding beyond its data. */
+const HEADER_ROOM_BYTES = 32 * BLOCK;
+/** The smallest piece size a caller may ask for. */
+export const MIN_CHUNK_BYTES = 64 * 1024;
 
 /** Where pieces are made: `size` (at most PIECE_BYTES) bytes of any content. */
 export type Allocate = (size: number) => Buffer;
@@ -155,7 +159,7 @@ function header(name: string, info: Stats, type: 'file' | 'directory' | 'symlink
 /** A regular file (open as `fd`, owned: closed here) as its header and data. */
 async function* addFile(piece: PieceBuilder, relative: string, info: Stats, fd: number, allocate: Allocate): AsyncGenerator<Buffer> {
   const size = info.size;
-  if (size <= SMALL_FILE_BYTES) {
+  if (size <= Math.min(SMALL_FILE_BYTES, piece.chunkBytes - HEADER_ROOM_BYTES)) {
     try {
       yield* piece.add(header(relative, info, 'file', size), size + padding(size));
     } catch (error) {
