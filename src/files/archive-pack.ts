@@ -1,9 +1,8 @@
-import { lstat } from 'node:fs/promises';
 import type { Readable } from 'node:stream';
 import { createGzip, type ZlibOptions } from 'node:zlib';
-import { badRequest, errnoToHttpError } from '../errors.js';
 import type { Owner } from './paths.js';
 import { TarBody } from './tar/body.js';
+import { openDirectory } from './user-path.js';
 
 export type ArchiveFormat = 'tar' | 'tar.gz';
 
@@ -28,10 +27,9 @@ const GZIP_OUTPUT_BYTES = 16 * 1024;
  * the response without its end-of-archive blocks, which every tar reader reports.
  */
 export async function packDirectory(dir: string, format: ArchiveFormat, owner?: Owner): Promise<Readable> {
-  const info = await lstat(dir).catch((error: NodeJS.ErrnoException) => {
-    throw errnoToHttpError(error, dir);
-  });
-  if (!info.isDirectory()) throw badRequest(`path: ${dir} is not a directory`);
+  // Reached as the walk will reach it (user-path.ts): 404 when missing, 400 for a file or a link another user can change.
+  const { dir: opened } = await openDirectory(dir, { owner });
+  await opened.close();
   if (format === 'tar') return new TarBody(dir, owner);
   // gzip takes a piece slower than a socket would and holds it until done: smaller pieces keep what a
   // stalled client pins (the piece, zlib's state) under 1 MiB (issue 36, item 9) at no cost in speed.
