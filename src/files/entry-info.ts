@@ -1,8 +1,10 @@
 import type { Stats } from 'node:fs';
 import { lstat, readlink } from 'node:fs/promises';
 import { basename } from 'node:path';
-import { errnoToHttpError } from '../errors.js';
-import type { OwnerNames } from './owner-names.js';
+import { errnoToHttpError, HttpError, notFound } from '../errors.js';
+import { readOwnerNames, type OwnerNames } from './owner-names.js';
+import type { Owner } from './paths.js';
+import { lstatAt, openParent } from './user-path.js';
 
 export interface EntryInfo {
   name: string;
@@ -71,5 +73,25 @@ export async function describeEntry(path: string, names: OwnerNames, stats?: Sta
     return entry;
   } catch (error) {
     throw errnoToHttpError(error, path);
+  }
+}
+
+/**
+ * What `info` describes: the entry at `path`, its parents reached by the walk
+ * and the entry itself (a symlink's text included) read relative to its open
+ * directory, so a parent swapped meanwhile shows nothing of where it leads.
+ */
+export async function describePath(path: string, owner: Owner | undefined): Promise<EntryInfo> {
+  const names = await readOwnerNames();
+  if (path === '/') return describeEntry(path, names);
+  const parent = await openParent(path, { owner }).catch((error: unknown) => {
+    throw error instanceof HttpError && error.status === 404 ? notFound(`${path}: no such file or directory (ENOENT)`) : error;
+  });
+  try {
+    const stats = await lstatAt(parent.dir, parent.name);
+    if (!stats) throw notFound(`${path}: no such file or directory (ENOENT)`);
+    return await describeEntry(path, names, stats, parent.dir.at(parent.name));
+  } finally {
+    await parent.dir.close();
   }
 }

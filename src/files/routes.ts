@@ -12,7 +12,7 @@ import type { SandboxState } from '../sandbox-state.js';
 import { writeAtomically } from './atomic-write.js';
 import { writeBatch } from './batch.js';
 import { openDownload } from './download.js';
-import { describeEntry } from './entry-info.js';
+import { describePath } from './entry-info.js';
 import { editFile } from './edit.js';
 import { listDirectory } from './list.js';
 import { makeDirectory } from './mkdir.js';
@@ -162,9 +162,7 @@ export const fileRoutes: FastifyPluginAsyncTypebox<FileRoutesOptions> = async (a
     async (request) => {
       const path = checkPath(request.query.path, 'path');
       const owner = await resolveOwner(state, undefined);
-      const stats = path === '/' ? undefined : await lstatPath(path, owner);
-      if (path !== '/' && !stats) throw notFound(`${path}: no such file or directory (ENOENT)`);
-      const entry = await describeEntry(path, await readOwnerNames(), stats);
+      const entry = await describePath(path, owner);
       if (request.query.checksum === undefined) return entry;
       if (entry.type !== 'file') throw badRequest(`checksum: ${path} is a ${entry.type === 'dir' ? 'directory' : 'symlink'}, not a regular file`);
       // A FIFO or device (reported as type "file") is refused before a byte is read; the hash stops when the client leaves.
@@ -283,3 +281,4 @@ export const fileRoutes: FastifyPluginAsyncTypebox<FileRoutesOptions> = async (a
     },
   );
 };
+
