@@ -1,8 +1,8 @@
-import { closeSync, constants, fstatSync, lstatSync, openSync, statSync, watch, type FSWatcher, type Stats } from 'node:fs';
+import { closeSync, fstatSync, watch, type FSWatcher, type Stats } from 'node:fs';
 import { basename } from 'node:path';
 import { HttpError } from '../../errors.js';
-import { O_PATH } from '../user-path.js';
 import { directoryGone } from './describe-error.js';
+import { childPath, inside, isStillThere, lstatQuietly, openQuietly, watchParent } from './directory-access.js';
 import { DIRECTORY_READS_AT_ONCE, readEntries } from './read-entries.js';
 import { replayEvents, type ChangeType, type RawEvent, type RawKind } from './replay.js';
 import { WatchedDirectory, type WatchSubscriber } from './watched-directory.js';
@@ -155,31 +155,12 @@ export class WatchRegistry {
     return node;
   }
 
-  /**
-   * Watches a client root's parent for the root's own name. The root's held
-   * descriptor keeps the kernel from saying IN_DELETE_SELF until it is
-   * closed (the dentry stays referenced), so a removed root is seen by its
-   * parent's IN_DELETE instead; any event of its name makes the root check
-   * whether it is still there. The parent is opened through the root's
-   * descriptor (`..`, no name looked up) and closed at once: the watch is
-   * on its inode. A parent that cannot be watched leaves only the deletion
-   * of an empty root unseen until the client leaves.
-   */
+  /** A client root's watch on its parent, to see it removed (watchParent says why). */
   private guard(node: WatchedDirectory): void {
     if (node.guard || node.path === '/') return;
-    const name = basename(node.path);
-    let parent: number | undefined;
-    try {
-      parent = openSync(inside(node.fd, '..'), O_PATH | constants.O_DIRECTORY);
-      node.guard = watch(inside(parent), { persistent: false }, (_kind, changed) => {
-        if (changed === name && !node.closed) this.record(node, 'rename', String(node.fd));
-      });
-      node.guard.on('error', () => {});
-    } catch {
-      // Not watchable (inotify limits, a pseudo-file system): see above.
-    } finally {
-      if (parent !== undefined) closeSync(parent);
-    }
+    node.guard = watchParent(node, () => {
+      if (!node.closed) this.record(node, 'rename', String(node.fd));
+    });
   }
 
   private close(node: WatchedDirectory): void {
@@ -406,61 +387,4 @@ export class WatchRegistry {
       subscriber.onEnd(error);
     }
   }
-}
-
-/**
- * lstat, or null when nothing (or nothing reachable) is at the path.
- * Synchronous on purpose: a batch's answers describe one moment, events stay
- * in order, and a burst waits in the kernel's inotify queue (bounded) instead
- * of as promises in envd's memory.
- */
-function lstatQuietly(path: string): Stats | null {
-  try {
-    return lstatSync(path);
-  } catch {
-    return null;
-  }
-}
-
-/**
- * Whether the watched directory is still where it was: the same inode under
- * its name in its watched parent; for a client's root, at the path the client
- * asked for (followed like the walk that found it: it may be a symlink; only
- * an inode number is compared, nothing is read or written there).
- */
-function isStillThere(node: WatchedDirectory): boolean {
-  try {
-    const stats = node.parent ? lstatSync(inside(node.parent.fd, basename(node.path))) : statSync(node.path);
-    return stats.isDirectory() && stats.ino === node.ino;
-  } catch {
-    return false;
-  }
-}
-
-/** The directory open as `fd`, or a name in it: user-path.ts's spelling (nothing before the name is looked up). */
-function inside(fd: number, name?: string): string {
-  return name === undefined ? `/proc/self/fd/${fd}` : `/proc/self/fd/${fd}/${name}`;
-}
-
-/** A subdirectory opened O_PATH|O_NOFOLLOW; null when it is gone or is no longer a directory (a symlink swapped in included). */
-function openQuietly(path: string): number | null {
-  try {
-    return openSync(path, O_PATH | constants.O_DIRECTORY | constants.O_NOFOLLOW);
-  } catch (error) {
-    const code = (error as NodeJS.ErrnoException).code;
-    if (code === 'ENOENT' || code === 'ENOTDIR' || code === 'ELOOP') return null;
-    throw error;
-  }
-}
-
-/**
- * The path of an entry of a watched directory. Plain concatenation, not
- * path.join: directory paths are normalised already (a client's root went
- * through checkPath) and an entry's name has no slash, and path.join's
- * character loop, run for every entry of a scan, was what V8's optimising
- * compiler compiled first during a cold envd's first big watch (mapping
- * ~5 MiB of its code into envd's RSS).
- */
-function childPath(directory: string, name: string): string {
-  return directory.endsWith('/') ? directory + name : `${directory}/${name}`;
 }
