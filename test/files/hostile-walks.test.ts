@@ -80,6 +80,7 @@ describe.runIf(isRoot())('root follows no directory a plain user swaps for a sym
       home,
       `const fs = require('fs'); const path = require('path');
        const d = path.join(process.env.HOME_DIR, 'd');
+       fs.writeFileSync(path.join(process.env.HOME_DIR, 'ready'), '');
        const tick = () => {
          const temp = fs.readdirSync(d).find((n) => /^\\.f\\.envd-.*\\.tmp$/.test(n));
          if (!temp) return setImmediate(tick);
@@ -91,6 +92,7 @@ describe.runIf(isRoot())('root follows no directory a plain user swaps for a sym
       { HOME_DIR: home, SHARED: shared },
     );
     try {
+      await waitFor(() => existsSync(join(home, 'ready')), 30_000, 'the swapper started');
       // Many other files, each written and synced, so that the swap lands between d/f's staging and the renames.
       const files = [{ path: join(home, 'd', 'f'), data: 'batch f\n' }, ...Array.from({ length: 200 }, (_, i) => ({ path: join(home, 'e', `x${i}`), data: 'x'.repeat(32 * 1024) }))];
       const response = await target.call('POST', '/files/batch', { files }, within(60_000));
