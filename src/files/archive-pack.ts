@@ -15,6 +15,12 @@ export type ArchiveFormat = 'tar' | 'tar.gz';
 const GZIP_PIECE_BYTES = 64 * 1024;
 /** What gzip is given at a time: it compresses a whole write before it looks at backpressure. */
 const GZIP_SLICE_BYTES = 16 * 1024;
+/**
+ * zlib's memLevel: 7 takes its hash table and output buffer from 64 to 32 KiB
+ * each (state ~190 KiB instead of ~260); a 5.4 MiB tar of source came out
+ * 0.09 % larger (20.517 % of the tar against 20.499 %).
+ */
+const GZIP_MEM_LEVEL = 7;
 /** Compressed bytes gzip makes, and keeps ready, at a time (Node's stream default is 64 KiB). */
 const GZIP_OUTPUT_BYTES = 16 * 1024;
 
@@ -35,7 +41,7 @@ export async function packDirectory(dir: string, format: ArchiveFormat, owner?: 
   // stalled client pins (the piece, zlib's state) under 1 MiB (issue 36, item 9) at no cost in speed.
   const tar = new TarBody(dir, owner, GZIP_PIECE_BYTES, GZIP_SLICE_BYTES);
   // zlib passes its options on to its Transform: highWaterMark is a stream option its types leave out.
-  const gzip = createGzip({ level: 6, chunkSize: GZIP_OUTPUT_BYTES, highWaterMark: GZIP_OUTPUT_BYTES } as ZlibOptions);
+  const gzip = createGzip({ level: 6, memLevel: GZIP_MEM_LEVEL, chunkSize: GZIP_OUTPUT_BYTES, highWaterMark: GZIP_OUTPUT_BYTES } as ZlibOptions);
   tar.on('error', (error) => gzip.destroy(error));
   gzip.on('close', () => tar.destroy());
   return tar.pipe(gzip);
