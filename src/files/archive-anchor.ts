@@ -2,7 +2,9 @@ import { existsSync } from 'node:fs';
 import { mkdir, rm, rmdir, type FileHandle } from 'node:fs/promises';
 import { basename, dirname, join } from 'node:path';
 import type { Owner } from './paths.js';
-import { openParent, removeTreeAt, reopenPath } from './user-path.js';
+import { reopenPath } from './user-file.js';
+import { openParent } from './user-path.js';
+import { removeTreeAt } from './user-tree-remove.js';
 
 /**
  * Where an extraction's target lives: its parent opened by user-path.ts's

@@ -10,39 +10,23 @@ import {
   mkdirSync,
   openSync,
   rmSync,
-  statfsSync,
   symlinkSync,
   utimesSync,
   writeSync,
 } from 'node:fs';
 import { open, type FileHandle } from 'node:fs/promises';
 import { dirname, join, normalize, sep } from 'node:path';
-import { badRequest, HttpError } from '../errors.js';
+import { badRequest } from '../errors.js';
 import type { Owner } from './paths.js';
 import type { TarHeader } from './tar/format.js';
 import type { TarVisitor } from './tar/read.js';
+import { DiskRoom } from './archive-disk-room.js';
+import { checkEntryName, depth, describeFlag, entryError, HeldNames, refusal } from './archive-names.js';
 
-/** Free space an archive must leave on the disk: the sandbox's own work needs some too. */
-const DISK_RESERVE_BYTES = 64 * 1024 * 1024;
 /** Up to this size a file's data is gathered and written in one go, synchronously; larger ones are written as they come. */
 const SMALL_FILE_BYTES = 256 * 1024;
 /** A large file is written in pieces this size, in the thread pool, behind the parsing. */
 const PIECE_BYTES = 1024 * 1024;
-/** The longest entry name or link target envd takes (the kernel's PATH_MAX, its NUL included). */
-export const MAX_NAME_BYTES = 4095;
-/**
- * What the extraction holds about an archive's names until its end: each
- * directory entry's name, mode and mtime (applied last), and each symlink's
- * name and target (made last). Counted as their bytes plus HELD_RECORD_BYTES
- * each; past this the archive is a 413. Files' names are not held. 60,000
- * directories of 3.7 KB names held 230 MiB unbounded; RSS grows ~4x what is
- * held while such an archive is read (the decoding's garbage included),
- * so ~64 MiB at most (test/files/archive-memory.test.ts measures it on
- * dist/envd). A node_modules tree of 100,000 directories holds ~14 MiB.
- */
-export const MAX_HELD_NAME_BYTES = 16 * 1024 * 1024;
-/** What one held record costs beyond its names (the object, the map's slot). */
-export const HELD_RECORD_BYTES = 64;
 /** Directories known to exist, so that most entries skip the mkdir of their parent: at most this many, then forgotten. */
 const KNOWN_DIRS = 256;
 
@@ -82,7 +66,7 @@ export class EntryWriter implements TarVisitor {
   readonly directories = new Map<string, { mode: number; mtime: number }>();
   /** Symlink entries (relative names) to make last, their targets verbatim. */
   private readonly symlinks = new Map<string, { target: string; mtime: number }>();
-  private held = 0;
+  private readonly held = new HeldNames();
   /** Relative names of directories that exist (a bounded cache: forgetting one costs a mkdir). */
   private knownDirs = new Set<string>();
   /** Where a file's data is gathered; a large file's fills one while the other is written. */
@@ -91,8 +75,7 @@ export class EntryWriter implements TarVisitor {
   /** The write of a large file's previous piece, from `spare`: awaited before the next starts (in order, one at a time). */
   private writing?: Promise<void>;
   private file?: OpenFile;
-  /** What may still be written before the disk's free space is asked again. */
-  private room = { bytes: 0, entries: 0 };
+  private readonly room: DiskRoom;
   private readonly owner: Owner | undefined;
   private readonly modeMask: number;
 
@@ -102,6 +85,7 @@ export class EntryWriter implements TarVisitor {
   ) {
     this.owner = options.owner;
     this.modeMask = options.keepSetId ? 0o7777 : 0o1777;
+    this.room = new DiskRoom(root);
   }
 
   // Each step is synchronous for what is most of an archive (directories, small files, links) and
@@ -187,14 +171,9 @@ export class EntryWriter implements TarVisitor {
 
   private start(header: TarHeader): void | Promise<void> {
     const name = header.name;
-    const refuse = (why: string) => badRequest(`archive entry ${JSON.stringify(name.slice(0, 200))}: ${why}; nothing was written`);
-    if (name.includes('\0')) throw refuse('a NUL byte in its name');
-    if (Buffer.byteLength(name) > MAX_NAME_BYTES) throw refuse(`a name of ${Buffer.byteLength(name)} bytes (at most ${MAX_NAME_BYTES})`);
-    if (Buffer.byteLength(header.linkname) > MAX_NAME_BYTES) throw refuse(`a link target of ${Buffer.byteLength(header.linkname)} bytes (at most ${MAX_NAME_BYTES})`);
-    if (name.startsWith('/')) throw refuse('an absolute path');
-    const relativeName = normalize(name).replace(/\/+$/, '');
-    if (relativeName === '..' || relativeName.startsWith(`..${sep}`)) throw refuse('it leaves the directory (..)');
-    if (relativeName === '.' || relativeName === '') return;
+    const refuse = refusal(name);
+    const relativeName = checkEntryName(header, refuse);
+    if (relativeName === undefined) return;
     const target = join(this.root, relativeName);
     const mode = header.mode & this.modeMask;
     // Checked before anything is made: no parent may be a symlink the archive made.
@@ -210,12 +189,12 @@ export class EntryWriter implements TarVisitor {
           if ((error as NodeJS.ErrnoException).code !== 'EEXIST' || !lstatSync(target).isDirectory()) throw error;
         }
         this.remember(relativeName);
-        if (!this.directories.has(relativeName)) this.hold(relativeName, '');
+        if (!this.directories.has(relativeName)) this.held.hold(relativeName, '');
         this.directories.set(relativeName, { mode, mtime: header.mtime });
         return;
       case 'file':
         this.symlinks.delete(relativeName);
-        this.ensureRoom(header.size, name);
+        this.room.ensure(header.size, name);
         this.file = { header, target, mode, filled: 0 };
         // Owner and times once written (finish); a large file is opened now, to be written as it comes.
         if (header.size > SMALL_FILE_BYTES) return this.openLarge(this.file);
@@ -223,8 +202,8 @@ export class EntryWriter implements TarVisitor {
       case 'symlink': {
         if (lstatSync(target, { throwIfNoEntry: false })?.isDirectory()) throw refuse('a symlink where the archive made a directory');
         const earlier = this.symlinks.get(relativeName);
-        if (!earlier) this.hold(relativeName, header.linkname);
-        else this.held += Buffer.byteLength(header.linkname) - Buffer.byteLength(earlier.target);
+        if (!earlier) this.held.hold(relativeName, header.linkname);
+        else this.held.replace(earlier.target, header.linkname);
         this.symlinks.set(relativeName, { target: header.linkname, mtime: header.mtime });
         return;
       }
@@ -278,13 +257,6 @@ export class EntryWriter implements TarVisitor {
     this.knownDirs.add(dir);
   }
 
-  /** Counts a record held until the end against MAX_HELD_NAME_BYTES. */
-  private hold(name: string, target: string): void {
-    this.held += Buffer.byteLength(name) + Buffer.byteLength(target) + HELD_RECORD_BYTES;
-    if (this.held > MAX_HELD_NAME_BYTES) {
-      throw new HttpError(413, `archive entry ${JSON.stringify(name.slice(0, 200))}: the archive's directories and symlinks hold more than ${MAX_HELD_NAME_BYTES} bytes of names (each counts its names and ${HELD_RECORD_BYTES} bytes); nothing was written`);
-    }
-  }
 
   /** Never through an existing name ('wx' does not follow a symlink): a later entry of the same name replaces the earlier. */
   private async openLarge(file: OpenFile): Promise<void> {
@@ -361,24 +333,6 @@ export class EntryWriter implements TarVisitor {
     }
   }
 
-  /**
-   * 413 when writing `bytes` more would leave the disk with less than its
-   * reserve. The disk is asked again after 16 MiB or 1,000 entries, not for
-   * every small file: others write meanwhile, and the 64 MiB reserve absorbs that.
-   */
-  private ensureRoom(bytes: number, name: string): void {
-    if (bytes <= this.room.bytes && this.room.entries > 0) {
-      this.room.bytes -= bytes;
-      this.room.entries--;
-      return;
-    }
-    const disk = statfsSync(this.root);
-    const free = disk.bavail * disk.bsize;
-    if (bytes > free - DISK_RESERVE_BYTES) {
-      throw new HttpError(413, `archive entry ${JSON.stringify(name)}: ${bytes} bytes would leave less than ${DISK_RESERVE_BYTES} bytes free on the disk (${free} free); nothing was written`);
-    }
-    this.room = { bytes: Math.min(free - DISK_RESERVE_BYTES, RECHECK_BYTES) - bytes, entries: RECHECK_ENTRIES };
-  }
 }
 
 /** The file entry being written: gathered whole (small, `whole` when one piece holds it) or written as it comes (`handle`). */
@@ -392,8 +346,6 @@ interface OpenFile {
   handle?: FileHandle;
 }
 
-const RECHECK_BYTES = 16 * 1024 * 1024;
-const RECHECK_ENTRIES = 1_000;
 
 /**
  * An earlier entry of the same name, removed so that the later one wins (as
@@ -407,27 +359,4 @@ function removeEarlier(target: string, name: string): void {
   rmSync(target, { force: true });
 }
 
-function depth(name: string): number {
-  let slashes = 0;
-  for (let at = name.indexOf(sep); at !== -1; at = name.indexOf(sep, at + 1)) slashes++;
-  return slashes;
-}
 
-const FLAGS: Record<string, string> = { '3': 'character device', '4': 'block device', '6': 'fifo' };
-
-function describeFlag(flag: string): string {
-  return FLAGS[flag] ?? `entry of type ${JSON.stringify(flag)}`;
-}
-
-/**
- * What writing an entry ran into, as the client's error: the disk full is a
- * 507; any other refusal of the file system (a name too long, a file where
- * the archive wants a directory, a loop) is the archive's, a 400 naming the entry.
- */
-function entryError(name: string, error: unknown): unknown {
-  if (error instanceof HttpError) return error;
-  const code = (error as NodeJS.ErrnoException).code;
-  if (code === 'ENOSPC' || code === 'EDQUOT') return new HttpError(507, `archive entry ${JSON.stringify(name)}: the disk is full (${code}); nothing was written`);
-  if (code !== undefined && /^E[A-Z]+$/.test(code)) return badRequest(`archive entry ${JSON.stringify(name)}: cannot be written (${code}); nothing was written`);
-  return error;
-}

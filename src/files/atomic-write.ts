@@ -6,18 +6,15 @@ import { pipeline } from 'node:stream/promises';
 import { badRequest, conflict, errnoToHttpError } from '../errors.js';
 import { STREAM_CHUNK_BYTES } from './chunk-size.js';
 import type { Owner } from './paths.js';
-import { createExclusive, lstatAt, openDirectory, openParent, renameAt, reopenPath, type UserDir } from './user-path.js';
+import { createExclusive, reopenPath } from './user-file.js';
+import { lstatAt, openDirectory, openParent, renameAt, type UserDir } from './user-path.js';
 
-const NEW_FILE_MODE = 0o644;
+/** The mode of a file that did not exist (an existing one keeps its own). */
+export const NEW_FILE_MODE = 0o644;
 
 /** A temporary name for `target`'s basename: hidden, recognisable, random. */
 export function tempNameFor(name: string): string {
   return `.${name}.envd-${randomBytes(6).toString('hex')}.tmp`;
-}
-
-/** A name beside the target (same directory, so same file system: rename is atomic), hidden, recognisable. */
-export function tempPathFor(target: string): string {
-  return posix.join(posix.dirname(target), tempNameFor(posix.basename(target)));
 }
 
 /** True for the temporary files this module creates; tests use it to prove none is left behind. */
@@ -63,13 +60,6 @@ export async function openTarget(target: string, owner: Owner | undefined): Prom
     await dir.close();
     throw error;
   }
-}
-
-/** `openTarget` for callers that only want the mode (the batch, which renames by path). */
-export async function prepareTarget(target: string, owner: Owner | undefined): Promise<number> {
-  const prepared = await openTarget(target, owner);
-  await prepared.dir.close();
-  return prepared.mode;
 }
 
 export type ByteSource = Uint8Array | AsyncIterable<Uint8Array> | Readable;

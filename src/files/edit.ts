@@ -143,7 +143,7 @@ export async function editFile(path: string, edits: readonly Edit[], expectSha25
   const current = sha256Of(original);
   if (expectSha256 !== undefined && expectSha256 !== current) throw conflict(`${path}: expect_sha256 does not match; the file's sha256 is ${current}; nothing was changed`);
   const { bytes, replacements } = applyEdits(original, edits);
-  // The file keeps its owner (root only may give files away) and its mode (prepareTarget).
+  // The file keeps its owner (root only may give files away) and its mode (openTarget).
   const owner = process.getuid?.() === 0 ? { uid: stats.uid, gid: stats.gid } : undefined;
   const written = await fillAtomically(path, owner, (mode) =>
     fillTemp(path, owner, mode, async (temp) => {

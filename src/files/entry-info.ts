@@ -1,8 +1,10 @@
 import type { Stats } from 'node:fs';
 import { lstat, readlink } from 'node:fs/promises';
 import { basename } from 'node:path';
-import { errnoToHttpError } from '../errors.js';
-import type { OwnerNames } from './owner-names.js';
+import { errnoToHttpError, HttpError, notFound } from '../errors.js';
+import { readOwnerNames, type OwnerNames } from './owner-names.js';
+import type { Owner } from './paths.js';
+import { lstatAt, openParent } from './user-path.js';
 
 export interface EntryInfo {
   name: string;
@@ -48,10 +50,14 @@ export function formatPermissions(stats: Stats): string {
   return typeLetter(stats) + triplet(6, 0o4000, 's', 'S') + triplet(3, 0o2000, 's', 'S') + triplet(0, 0o1000, 't', 'T');
 }
 
-/** Describes what is at `path` without following a final symlink. */
-export async function describeEntry(path: string, names: OwnerNames, stats?: Stats): Promise<EntryInfo> {
+/**
+ * Describes what is at `path` without following a final symlink. `at` is
+ * where fs finds it when that is not `path` itself: a dirfd-relative
+ * spelling (user-path.ts) in a directory a user can change.
+ */
+export async function describeEntry(path: string, names: OwnerNames, stats?: Stats, at = path): Promise<EntryInfo> {
   try {
-    stats ??= await lstat(path);
+    stats ??= await lstat(at);
     const entry: EntryInfo = {
       name: basename(path) || '/',
       path,
@@ -63,9 +69,29 @@ export async function describeEntry(path: string, names: OwnerNames, stats?: Sta
       group: names.group(stats.gid),
       modified_at: stats.mtime.toISOString(),
     };
-    if (stats.isSymbolicLink()) entry.symlink_target = await readlink(path);
+    if (stats.isSymbolicLink()) entry.symlink_target = await readlink(at);
     return entry;
   } catch (error) {
     throw errnoToHttpError(error, path);
+  }
+}
+
+/**
+ * What `info` describes: the entry at `path`, its parents reached by the walk
+ * and the entry itself (a symlink's text included) read relative to its open
+ * directory, so a parent swapped meanwhile shows nothing of where it leads.
+ */
+export async function describePath(path: string, owner: Owner | undefined): Promise<EntryInfo> {
+  const names = await readOwnerNames();
+  if (path === '/') return describeEntry(path, names);
+  const parent = await openParent(path, { owner }).catch((error: unknown) => {
+    throw error instanceof HttpError && error.status === 404 ? notFound(`${path}: no such file or directory (ENOENT)`) : error;
+  });
+  try {
+    const stats = await lstatAt(parent.dir, parent.name);
+    if (!stats) throw notFound(`${path}: no such file or directory (ENOENT)`);
+    return await describeEntry(path, names, stats, parent.dir.at(parent.name));
+  } finally {
+    await parent.dir.close();
   }
 }

@@ -1,7 +1,7 @@
 import type { Stats } from 'node:fs';
 import type { FileHandle } from 'node:fs/promises';
 import type { Owner } from './paths.js';
-import { openRegular } from './user-path.js';
+import { openRegular } from './user-file.js';
 
 /**
  * Opens a path for reading and describes what was opened: missing is 404; a

@@ -1,5 +1,5 @@
 import { badRequest } from '../errors.js';
-import { removeTree } from './user-path.js';
+import { removeTree } from './user-tree-remove.js';
 
 /**
  * `rm -r` of a file, a symlink (not its target) or a tree; false when nothing

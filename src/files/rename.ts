@@ -22,11 +22,12 @@ export async function moveEntry(from: string, to: string, owner: Owner | undefin
       await renameAt(source.dir, source.name, target.dir, target.name).catch((error: unknown) => {
         throw errnoToHttpError(error, to);
       });
+      // Described where it went, relative to the same directory (not by path, which the user may have changed since).
+      return await describeEntry(to, await readOwnerNames(), undefined, target.dir.at(target.name));
     } finally {
       await target.dir.close();
     }
   } finally {
     await source.dir.close();
   }
-  return describeEntry(to, await readOwnerNames());
 }

@@ -3,7 +3,7 @@ import { basename } from 'node:path';
 import { Readable } from 'node:stream';
 import type { Config } from '../config.js';
 import { RESERVE_BYTES } from '../memory-budget.js';
-import { badRequest, HttpError, errnoToHttpError, notFound } from '../errors.js';
+import { badRequest, HttpError, errnoToHttpError } from '../errors.js';
 import { extractArchive, hashedHere } from './archive-extract.js';
 import { relayArchive } from './archive-relay.js';
 import { packDirectory } from './archive-pack.js';
@@ -12,15 +12,15 @@ import type { SandboxState } from '../sandbox-state.js';
 import { writeAtomically } from './atomic-write.js';
 import { writeBatch } from './batch.js';
 import { openDownload } from './download.js';
-import { describeEntry } from './entry-info.js';
+import { describePath } from './entry-info.js';
 import { editFile } from './edit.js';
 import { listDirectory } from './list.js';
 import { makeDirectory } from './mkdir.js';
-import { readOwnerNames } from './owner-names.js';
 import { checkPath, resolveOwner } from './paths.js';
 import { decodeData, readContent, readLineRange } from './read.js';
 import { removeEntry } from './remove.js';
-import { lstatPath, openRegular } from './user-path.js';
+import { openRegular } from './user-file.js';
+import { lstatPath } from './user-path.js';
 import { moveEntry } from './rename.js';
 import * as S from './schemas.js';
 import { searchRoutes } from './search/routes.js';
@@ -161,9 +161,7 @@ export const fileRoutes: FastifyPluginAsyncTypebox<FileRoutesOptions> = async (a
     async (request) => {
       const path = checkPath(request.query.path, 'path');
       const owner = await resolveOwner(state, undefined);
-      const stats = path === '/' ? undefined : await lstatPath(path, owner);
-      if (path !== '/' && !stats) throw notFound(`${path}: no such file or directory (ENOENT)`);
-      const entry = await describeEntry(path, await readOwnerNames(), stats);
+      const entry = await describePath(path, owner);
       if (request.query.checksum === undefined) return entry;
       if (entry.type !== 'file') throw badRequest(`checksum: ${path} is a ${entry.type === 'dir' ? 'directory' : 'symlink'}, not a regular file`);
       // A FIFO or device (reported as type "file") is refused before a byte is read; the hash stops when the client leaves.
@@ -240,7 +238,7 @@ export const fileRoutes: FastifyPluginAsyncTypebox<FileRoutesOptions> = async (a
   app.get(
     '/list',
     { schema: { summary: 'List a directory down to `depth` levels', querystring: S.ListQuery, response: { 200: S.EntryList, ...S.errors(400, 404, 413) } } },
-    async (request) => ({ entries: await listDirectory(checkPath(request.query.path, 'path'), request.query.depth ?? 1) }),
+    async (request) => ({ entries: await listDirectory(checkPath(request.query.path, 'path'), request.query.depth ?? 1, await resolveOwner(state, undefined)) }),
   );
 
   app.post(
@@ -276,9 +274,10 @@ export const fileRoutes: FastifyPluginAsyncTypebox<FileRoutesOptions> = async (a
     async (request, reply) => {
       const path = checkPath(request.body.path, 'path');
       // Errors up to here (and while arming) are plain JSON answers; after hijack the stream owns the socket.
-      const armed = await armWatch(watches, path, request.body.recursive ?? false);
+      const armed = await armWatch(watches, path, request.body.recursive ?? false, await resolveOwner(state, undefined));
       reply.hijack();
       await streamWatch(armed, request.raw, reply.raw, request.log);
     },
   );
 };
+

@@ -1,6 +1,6 @@
 import type { Stats } from 'node:fs';
 import { closeSync, constants, openSync, fchown as fchownCallback, fstat as fstatCallback, open as openCallback } from 'node:fs';
-import { lstat, mkdir, open, readdir, readlink, rename, rmdir, unlink, type FileHandle } from 'node:fs/promises';
+import { lstat, mkdir, readlink, rename } from 'node:fs/promises';
 import { promisify } from 'node:util';
 import { posix } from 'node:path';
 import { badRequest, conflict, errnoToHttpError, HttpError } from '../errors.js';
@@ -35,22 +35,22 @@ import type { Owner } from './paths.js';
  * other symlink in the middle of a path is a 400; at the end of a path it is
  * the thing itself (replaced by a write, removed by a delete, not read).
  *
+ * Split by concern: this file walks and opens directories; user-file.ts
+ * creates and opens files; user-tree-remove.ts removes trees.
+ *
  * Needs /proc (envd-init mounts it; a kernel without it has no envd anyway).
  */
 
 /** Not in fs.constants; the same on every Linux architecture envd ships for (x86-64, arm64). */
-const O_PATH = 0o10000000;
-const { O_DIRECTORY, O_NOFOLLOW, O_RDONLY, O_WRONLY, O_CREAT, O_EXCL, O_NONBLOCK } = constants;
+export const O_PATH = 0o10000000;
+const { O_DIRECTORY, O_NOFOLLOW, O_RDONLY, O_NONBLOCK } = constants;
 
 /** Symlinks followed in one resolution before it is ELOOP, as the kernel's own limit. */
-const MAX_LINKS = 40;
-
-/** How many entries of one directory a recursive removal works on at once. */
-const REMOVE_CONCURRENCY = 16;
+export const MAX_LINKS = 40;
 
 /** open(2) giving a bare fd: a walk holds a directory for one step, and a FileHandle's close would be a second trip through the pool. */
-const openFd = promisify(openCallback);
-const fstat = promisify(fstatCallback);
+export const openFd = promisify(openCallback);
+export const fstat = promisify(fstatCallback);
 const fchown = promisify(fchownCallback);
 
 /**
@@ -92,6 +92,17 @@ export class UserDir {
     return posix.join(this.path, name);
   }
 
+  /**
+   * Hands the descriptor over to a caller that keeps it beyond this object
+   * (a watch holds its directory for as long as it watches it); the caller
+   * closes it. Never the shared `/`.
+   */
+  detach(): number {
+    if (this.closed || this.shared) throw new Error(`${this.path}: cannot hand over a closed or shared directory`);
+    this.closed = true;
+    return this.fd;
+  }
+
   async close(): Promise<void> {
     if (this.closed || this.shared) return;
     this.closed = true;
@@ -104,7 +115,7 @@ export class UserDir {
  * 'root' when only root (or envd itself) can change it, 'owner' when the request's own user can too,
  * undefined when someone else can.
  */
-function linkTrust(dir: Stats, link: Stats, owner: Owner | undefined): 'root' | 'owner' | undefined {
+export function linkTrust(dir: Stats, link: Stats, owner: Owner | undefined): 'root' | 'owner' | undefined {
   const isRoot = (uid: number) => uid === 0 || uid === process.geteuid?.();
   const isOwner = (uid: number) => owner !== undefined && uid === owner.uid;
   const by = (uid: number) => (isRoot(uid) ? 'root' : isOwner(uid) ? 'owner' : undefined);
@@ -228,7 +239,7 @@ async function stepInto(dir: UserDir, name: string, options: WalkOptions): Promi
   }
 }
 
-function untrustedLink(path: string): HttpError {
+export function untrustedLink(path: string): HttpError {
   return badRequest(`${path}: is a symbolic link that another user can change; envd does not follow it as root`);
 }
 
@@ -288,165 +299,29 @@ export async function lstatAt(dir: UserDir, name: string): Promise<Stats | undef
   }
 }
 
-/**
- * A new file `name` in `dir`: O_CREAT|O_EXCL|O_NOFOLLOW (never reuses or
- * follows what is there), then given exactly `mode` and the owner through
- * the fd. The caller owns the handle.
- */
-export async function createExclusive(dir: UserDir, name: string, mode: number, owner: Owner | undefined): Promise<FileHandle> {
-  const handle = await open(dir.at(name), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_NONBLOCK, mode & 0o777);
-  try {
-    // open()'s mode went through the umask; say exactly what we mean.
-    await handle.chmod(mode);
-    if (owner) await handle.chown(owner.uid, owner.gid);
-    return handle;
-  } catch (error) {
-    await handle.close();
-    await unlink(dir.at(name)).catch(() => {});
-    throw error;
-  }
-}
-
-/**
- * A path that opens `handle`'s own file (not a name: it cannot be swapped):
- * for a second, independent reader of a file being written. Valid while the handle is open.
- */
-export function reopenPath(handle: FileHandle): string {
-  return `/proc/self/fd/${handle.fd}`;
-}
-
 /** rename(2) of one name in one directory to one name in another (or the same); neither is followed. */
 export async function renameAt(from: UserDir, fromName: string, to: UserDir, toName: string): Promise<void> {
   await rename(from.at(fromName), to.at(toName));
 }
 
 /**
- * `rm -r` of `name` in `dir`, never following anything: each directory is
- * opened O_NOFOLLOW and its entries removed relative to that fd, so swapping
- * a directory for a symlink meanwhile steers nothing (the swapped-in link is
- * what gets removed). False when nothing was there.
+ * The directory `name` in `dir`, opened for reading its entries
+ * (O_RDONLY|O_DIRECTORY|O_NOFOLLOW|O_NONBLOCK): undefined when nothing, a
+ * symlink or anything but a directory is there now (a user swapped it since
+ * it was listed), so a walk down a user's tree never leaves it.
  */
-export async function removeTreeAt(dir: UserDir, name: string): Promise<boolean> {
-  const stats = await lstatAt(dir, name);
-  if (!stats) return false;
+export async function openSubdirectory(dir: UserDir, name: string): Promise<UserDir | undefined> {
   try {
-    if (stats.isDirectory()) await removeDirectoryAt(dir, name);
-    else await unlink(dir.at(name));
+    return new UserDir(await openFd(dir.at(name), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_NONBLOCK), dir.child(name));
   } catch (error) {
-    if ((error as NodeJS.ErrnoException).code === 'ENOENT') return true;
-    // A directory swapped in where a file was (EISDIR/EPERM from unlink): remove that instead.
-    if ((error as NodeJS.ErrnoException).code === 'EISDIR') return removeTreeAt(dir, name);
-    throw toHttp(error, dir.child(name));
-  }
-  return true;
-}
-
-async function removeDirectoryAt(parent: UserDir, name: string): Promise<void> {
-  let inner: UserDir;
-  try {
-    inner = new UserDir(await openFd(parent.at(name), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_NONBLOCK), parent.child(name));
-  } catch (error) {
-    // Swapped for a symlink or a file since the lstat: remove that name, follow nothing.
     const code = (error as NodeJS.ErrnoException).code;
-    if (code === 'ELOOP' || code === 'ENOTDIR') return void (await unlink(parent.at(name)));
-    throw error;
-  }
-  try {
-    // Again until empty: a user may add entries while it is being removed.
-    for (let round = 0; round < 3; round++) {
-      const names = await readdir(inner.self);
-      if (names.length === 0) break;
-      for (let i = 0; i < names.length; i += REMOVE_CONCURRENCY) {
-        await Promise.all(names.slice(i, i + REMOVE_CONCURRENCY).map((entry) => removeTreeAt(inner, entry)));
-      }
-    }
-  } finally {
-    await inner.close();
-  }
-  await rmdir(parent.at(name));
-}
-
-/** `rm -r` of a path (its parents resolved by the walk); false when nothing was there. */
-export async function removeTree(path: string, owner?: Owner): Promise<boolean> {
-  let parent: Walked & { name: string };
-  try {
-    parent = await openParent(path, { owner });
-  } catch (error) {
-    if (error instanceof HttpError && error.status === 404) return false;
-    throw error;
-  }
-  try {
-    return await removeTreeAt(parent.dir, parent.name);
-  } finally {
-    await parent.dir.close();
-  }
-}
-
-/** What a read refuses: only a regular file's bytes end (a FIFO waits for a writer, a device may never end). */
-export function notRegular(path: string, stats: Stats): HttpError | undefined {
-  if (stats.isFile()) return undefined;
-  if (stats.isDirectory()) return badRequest(`${path}: is a directory`);
-  const kind = stats.isFIFO() ? 'a FIFO' : stats.isSocket() ? 'a socket' : stats.isCharacterDevice() ? 'a character device' : stats.isBlockDevice() ? 'a block device' : 'not a regular file';
-  return badRequest(`${path}: is ${kind}, not a regular file that can be read`);
-}
-
-/**
- * Opens a regular file for reading: resolved by the walk, its last component
- * opened O_PATH|O_NOFOLLOW (a symlink is followed only where the walk would),
- * checked with fstat (a directory, FIFO, socket or device is a 400), then
- * reopened through its own fd with O_RDONLY|O_NONBLOCK: the inode that was
- * checked is the one read, and nothing here can wait for another process.
- * The caller owns the handle.
- */
-export async function openRegular(path: string, owner?: Owner): Promise<{ handle: FileHandle; stats: Stats }> {
-  let current = path;
-  /** A link only the request's user vouches for was followed: what it leads to must be theirs, or readable by anyone. */
-  let onOwnersWord = false;
-  for (let links = 0; ; links++) {
-    if (current === '/') throw badRequest('/: is a directory');
-    const { dir, name } = await openParent(current, { owner });
-    let fd: number;
-    let stats: Stats;
-    try {
-      fd = await openFd(dir.at(name), O_PATH | O_NOFOLLOW).catch((error: unknown) => {
-        throw toHttp(error, current);
-      });
-      try {
-        stats = await fstat(fd);
-      } catch (error) {
-        closeSync(fd);
-        throw error;
-      }
-      if (stats.isSymbolicLink()) {
-        closeSync(fd);
-        const trust = linkTrust(await dir.stats(), stats, owner);
-        if (trust === undefined) throw untrustedLink(current);
-        if (trust === 'owner') onOwnersWord = true;
-        if (links >= MAX_LINKS) throw badRequest(`${path}: too many levels of symbolic links`);
-        current = posix.resolve(dir.path, await readlink(dir.at(name)));
-        continue;
-      }
-    } finally {
-      await dir.close();
-    }
-    try {
-      const refused = notRegular(current, stats);
-      if (refused) throw refused;
-      if (onOwnersWord && owner && stats.uid !== owner.uid && (stats.mode & 0o004) === 0) {
-        throw badRequest(`${path}: leads through a symbolic link of uid ${owner.uid} to ${current}, which they cannot read; envd does not read it as root`);
-      }
-      const handle = await open(`/proc/self/fd/${fd}`, O_RDONLY | O_NONBLOCK).catch((error: unknown) => {
-        throw toHttp(error, current);
-      });
-      return { handle, stats };
-    } finally {
-      closeSync(fd);
-    }
+    if (code === 'ENOENT' || code === 'ELOOP' || code === 'ENOTDIR') return undefined;
+    throw toHttp(error, dir.child(name));
   }
 }
 
 /** Errors of this module as HTTP errors: errno mapped, a missing component named. */
-function toHttp(error: unknown, path: string): unknown {
+export function toHttp(error: unknown, path: string): unknown {
   if (error instanceof HttpError) return error;
   const code = (error as NodeJS.ErrnoException).code;
   if (code === 'ENOTDIR') return badRequest(`${path}: a component of the path is not a directory`);

@@ -9,7 +9,7 @@ import { request as httpRequest } from 'node:http';
 import { join } from 'node:path';
 import { gzipSync } from 'node:zlib';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { HELD_RECORD_BYTES, MAX_HELD_NAME_BYTES, MAX_NAME_BYTES } from '../../src/files/archive-entries.js';
+import { HELD_RECORD_BYTES, MAX_HELD_NAME_BYTES, MAX_NAME_BYTES } from '../../src/files/archive-names.js';
 import { plantCanaries, runEnvd, snapshot, tarOf, type Entry } from '../helpers/archives.js';
 import { useScratchServer } from '../helpers/scratch-server.js';
 import { createTestUser, isRoot, type TestUser } from '../helpers/users.js';

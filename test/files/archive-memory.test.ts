@@ -10,7 +10,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createGzip } from 'node:zlib';
 import { afterAll, beforeAll, expect, it } from 'vitest';
-import { MAX_HELD_NAME_BYTES } from '../../src/files/archive-entries.js';
+import { MAX_HELD_NAME_BYTES } from '../../src/files/archive-names.js';
 import { encodeHeader, padding } from '../../src/files/tar/format.js';
 import { MAX_EXTENDED_BYTES } from '../../src/files/tar/read.js';
 import { rssBytes, startEnvdExecutable, type EnvdProcess } from '../helpers/proc.js';

@@ -5,6 +5,7 @@ import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { isTempName } from '../../src/files/atomic-write.js';
 import { renameAllOrNone } from '../../src/files/batch.js';
+import { openDirectory } from '../../src/files/user-path.js';
 import { READ_LIMIT } from '../../src/files/read.js';
 import { useScratchServer } from '../helpers/scratch-server.js';
 
@@ -133,18 +134,20 @@ describe('renameAllOrNone (the batch commit step)', () => {
     const third = join(scratch.dir, 'third.txt');
     writeFileSync(existing, 'old');
     const inodeBefore = statSync(existing).ino;
+    const { dir } = await openDirectory(scratch.dir);
     const stage = (name: string, text: string) => {
-      const temp = join(scratch.dir, `.${name}.envd-${randomBytes(6).toString('hex')}.tmp`);
-      writeFileSync(temp, text);
-      return temp;
+      const temp = `.${name}.envd-${randomBytes(6).toString('hex')}.tmp`;
+      writeFileSync(join(scratch.dir, temp), text);
+      return { dir, name, temp, ino: statSync(join(scratch.dir, temp)).ino, size: text.length };
     };
     const staged = [
-      { target: existing, temp: stage('existing.txt', 'new'), size: 3 },
-      { target: fresh, temp: stage('fresh.txt', 'new'), size: 3 },
-      // Its temp file is gone: the third rename fails with ENOENT after two have succeeded.
-      { target: third, temp: join(scratch.dir, '.third.txt.envd-ffffffffffff.tmp'), size: 3 },
+      { target: existing, ...stage('existing.txt', 'new') },
+      { target: fresh, ...stage('fresh.txt', 'new') },
+      // Its temp file is gone (removed by someone else): the third rename fails after two have succeeded.
+      { target: third, dir, name: 'third.txt', temp: '.third.txt.envd-ffffffffffff.tmp', ino: 1, size: 3 },
     ];
-    await expect(renameAllOrNone(staged)).rejects.toMatchObject({ status: 404 });
+    await expect(renameAllOrNone(staged)).rejects.toMatchObject({ status: 409 });
+    await dir.close();
     expect(readFileSync(existing, 'utf8')).toBe('old');
     expect(statSync(existing).ino).toBe(inodeBefore);
     expect(readdirSync(scratch.dir).sort()).toEqual(['existing.txt']);

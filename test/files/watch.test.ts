@@ -62,8 +62,8 @@ describe('POST /files/watch', () => {
     const before = countInotifyWatches();
     const watches = [];
     for (let i = 0; i < 20; i++) watches.push(await openWatch(scratch.dir, i % 2 === 0));
-    // Shared: one inotify watch per directory (the root, a, a/b), however many clients.
-    expect(countInotifyWatches()).toBe(before + 3);
+    // Shared: one inotify watch per directory (the root, a, a/b, and the root's parent, which says when the root is removed), however many clients.
+    expect(countInotifyWatches()).toBe(before + 4);
     await Promise.all(watches.map((w) => w.close()));
     await waitFor(() => countInotifyWatches() === before, 10_000, 'inotify watches released');
   });
@@ -77,7 +77,7 @@ describe('POST /files/watch', () => {
     const files = levels.flatMap((dir) => [join(dir, 'one.txt'), join(dir, 'two.txt')]);
     for (const file of files) writeFileSync(file, 'x');
     for (const path of [...levels, ...files]) await waitFor(() => watch.has('create', path), 5_000, `create ${path}`);
-    expect(countInotifyWatches()).toBe(before + 4);
+    expect(countInotifyWatches()).toBe(before + 5);
     const later = join(levels[2]!, 'later.txt');
     writeFileSync(later, 'x');
     await waitFor(() => watch.has('create', later), 5_000, 'a file created later in the new subtree');
@@ -100,7 +100,7 @@ describe('POST /files/watch', () => {
     for (const path of [moved, join(moved, 'x.txt'), join(moved, 'deeper'), join(moved, 'deeper/y.txt')]) {
       await waitFor(() => watch.has('create', path), 5_000, `create ${path}`);
     }
-    expect(countInotifyWatches()).toBe(before + 3);
+    expect(countInotifyWatches()).toBe(before + 4);
     const z = join(moved, 'deeper/z.txt');
     writeFileSync(z, 'z');
     await waitFor(() => watch.has('create', z), 5_000, 'a file created in the moved-in directory');
@@ -108,7 +108,7 @@ describe('POST /files/watch', () => {
     const back = join(outside, 'back');
     renameSync(moved, back);
     await waitFor(() => watch.has('delete', moved), 5_000, 'delete of the moved-out directory');
-    await waitFor(() => countInotifyWatches() === before + 1, 5_000, 'the moved-out subtree released');
+    await waitFor(() => countInotifyWatches() === before + 2, 5_000, 'the moved-out subtree released');
     // Changes in the directory where it lives now are none of this watch's business.
     writeFileSync(join(back, 'deeper/after.txt'), 'x');
     await settle(watch, inside);
@@ -124,17 +124,18 @@ describe('POST /files/watch', () => {
     writeFileSync(join(gone, 'a/b/f.txt'), 'x');
     const before = countInotifyWatches();
     const watch = await openWatch(scratch.dir, true);
-    expect(countInotifyWatches()).toBe(before + 4);
+    expect(countInotifyWatches()).toBe(before + 5);
     rmSync(gone, { recursive: true });
     for (const path of [join(gone, 'a/b/f.txt'), join(gone, 'a/b'), join(gone, 'a'), gone]) {
       await waitFor(() => watch.has('delete', path), 5_000, `delete ${path}`);
     }
-    await waitFor(() => countInotifyWatches() === before + 1, 5_000, 'the deleted subtree released');
+    await waitFor(() => countInotifyWatches() === before + 2, 5_000, 'the deleted subtree released');
     await settle(watch, scratch.dir);
     mkdirSync(gone);
     await waitFor(() => watch.has('create', gone), 5_000, 'the directory created again');
     expect(watch.others).toEqual([]);
     await watch.close();
+    await waitFor(() => countInotifyWatches() === before, 10_000, 'inotify watches released');
   });
 
   it('ends the stream with an error event when the watched directory is deleted, releasing everything', async () => {
@@ -171,12 +172,13 @@ describe('POST /files/watch', () => {
     symlinkSync(target, join(tree, 'link'));
     const before = countInotifyWatches();
     const watch = await openWatch(tree, true);
-    expect(countInotifyWatches()).toBe(before + 1);
+    // The tree, and its parent (which says when the tree is removed).
+    expect(countInotifyWatches()).toBe(before + 2);
     writeFileSync(join(target, 'inner/f.txt'), 'x');
     symlinkSync('/', join(tree, 'root-link'));
     await waitFor(() => watch.has('create', join(tree, 'root-link')), 5_000, 'the new symlink');
     await settle(watch, tree);
-    expect(countInotifyWatches()).toBe(before + 1);
+    expect(countInotifyWatches()).toBe(before + 2);
     expect(watch.changes.filter((c) => c.path.includes('inner'))).toEqual([]);
     await watch.close();
   });

@@ -1,8 +1,9 @@
-import { closeSync, constants, fstatSync, lstatSync, openSync, readdirSync, readlinkSync, readSync, type Stats } from 'node:fs';
-import { open } from 'node:fs/promises';
+import { close as closeCallback, constants, fstat as fstatCallback, open as openCallback, read as readCallback, type Dirent, type Stats } from 'node:fs';
+import { lstat, readdir, readlink } from 'node:fs/promises';
+import { promisify } from 'node:util';
 import { DOWNLOAD_CHUNK_BYTES } from '../chunk-size.js';
 import type { Owner } from '../paths.js';
-import { openDirectory } from '../user-path.js';
+import { openDirectory, openSubdirectory, UserDir } from '../user-path.js';
 import { BLOCK, encodeHeader, padding } from './format.js';
 
 /**
@@ -13,23 +14,36 @@ import { BLOCK, encodeHeader, padding } from './format.js';
 export const CHUNK_BYTES = DOWNLOAD_CHUNK_BYTES;
 /** The largest piece: a chunk of a large file with its padding. */
 export const PIECE_BYTES = CHUNK_BYTES + BLOCK;
-/** Files up to this size are read straight into the piece being filled; larger ones are read in pieces of their own. */
-const SMALL_FILE_BYTES = 256 * 1024;
 /**
- * The smallest piece size a caller may ask for: a small file with its
- * headers (a long name's extra blocks included) and padding must fit one piece.
+ * Files up to this size are read straight into the piece being filled;
+ * larger ones are read in pieces of their own. Smaller pieces take smaller
+ * files: a small file with its headers (a long name's extra blocks
+ * included) and padding must fit one piece.
  */
-export const MIN_CHUNK_BYTES = SMALL_FILE_BYTES + 32 * BLOCK;
+const SMALL_FILE_BYTES = 256 * 1024;
+/** Room in a piece for a file's headers and padding beyond its data. */
+const HEADER_ROOM_BYTES = 32 * BLOCK;
+/** The smallest piece size a caller may ask for. */
+export const MIN_CHUNK_BYTES = 64 * 1024;
 
 /** Where pieces are made: `size` (at most PIECE_BYTES) bytes of any content. */
 export type Allocate = (size: number) => Buffer;
 const allocateFresh: Allocate = (size) => Buffer.allocUnsafe(size);
 /** How an entry is opened: never through a symlink, never waiting (a FIFO swapped in opens at once, and fstat refuses it). */
 const OPEN_ENTRY = constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK;
-const OPEN_DIR = OPEN_ENTRY | constants.O_DIRECTORY;
+/**
+ * Entries of one directory looked at together: their opens and fstats go to
+ * the thread pool at once (its four threads busy, not one trip after
+ * another). Each holds a descriptor until its bytes are in the piece.
+ */
+const ENTRIES_AT_ONCE = 32;
 
-/** A name inside the directory open as `fd` (user-path.ts's magic-link spelling: nothing before it is looked up again). */
-const at = (fd: number, name: string) => `/proc/self/fd/${fd}/${name}`;
+const openFd = promisify(openCallback);
+const fstat = promisify(fstatCallback);
+/** read(2) at `position` into `buffer`: the bytes read. */
+const readFd = (fd: number, buffer: Buffer, offset: number, length: number, position: number) =>
+  new Promise<number>((resolve, reject) => readCallback(fd, buffer, offset, length, position, (error, bytesRead) => (error ? reject(error) : resolve(bytesRead))));
+const closeFd = promisify(closeCallback);
 
 /**
  * A directory tree as tar pieces: directories, regular files and symlinks
@@ -43,60 +57,98 @@ const at = (fd: number, name: string) => `/proc/self/fd/${fd}/${name}`;
  * it is reached relative to that fd (user-path.ts), so swapping a directory
  * for a symlink steers nothing, and a file is opened O_NOFOLLOW|O_NONBLOCK and
  * checked with fstat before a byte is read, so a FIFO swapped in for it is
- * left out instead of waited on.
- *
- * Why synchronous calls: a source tree is mostly small files in the page
- * cache, where an open, read and close take microseconds but three trips
- * through the thread pool take ten times that. None of them can wait for
- * another process: O_NONBLOCK opens return at once for a FIFO, a socket is
- * ENXIO, and a plain user cannot make device nodes (a device the tree had
- * from the start is left out by its lstat, never opened). Each piece (at most
- * 1 MiB of data, or 2,048 headers) is filled in one go, then the event loop
- * turns while the client takes it; large files are read asynchronously.
+ * left out instead of waited on. Every call goes through the thread pool,
+ * none runs on the event loop (issue 36, item 6): a file system call that
+ * waits, whatever a user puts in the tree, waits in a pool thread, never in
+ * envd's one thread. A directory's entries are opened and checked a few
+ * dozen at once, and small files read straight into the piece being filled,
+ * side by side; the piece goes out once every read into it is done.
  */
 export async function* tarPieces(root: string, allocate: Allocate = allocateFresh, owner?: Owner, chunkBytes = CHUNK_BYTES): AsyncGenerator<Buffer> {
   if (chunkBytes < MIN_CHUNK_BYTES || chunkBytes > CHUNK_BYTES) throw new RangeError(`chunkBytes: ${chunkBytes} is outside ${MIN_CHUNK_BYTES}..${CHUNK_BYTES}`);
   const piece = new PieceBuilder(allocate, chunkBytes);
   const { dir } = await openDirectory(root, { owner });
-  let fd: number;
+  let top: UserDir | undefined;
   try {
-    // A directory's open cannot wait; a FileHandle here could be closed by the GC under the walk.
-    // Reopened through its own fd (the magic link is followed, on purpose: it is this directory).
-    fd = openSync(dir.self, constants.O_RDONLY | constants.O_DIRECTORY | constants.O_NONBLOCK);
+    // Reopened for reading its entries (its own magic link, on purpose: it is this directory).
+    top = new UserDir(await openFd(dir.self, constants.O_RDONLY | constants.O_DIRECTORY | constants.O_NONBLOCK), dir.path);
   } finally {
     await dir.close();
   }
   try {
-    yield* addDirectory(piece, fd, '', allocate);
+    yield* addDirectory(piece, top, '', allocate);
   } finally {
-    closeSync(fd);
+    await top.close();
+    await piece.settle();
   }
   yield* piece.add(Buffer.alloc(2 * BLOCK), 0);
   yield* piece.flush();
 }
 
-/** The entries of the directory open as `fd`, in name order, each directory's entries after its own header. */
-async function* addDirectory(piece: PieceBuilder, fd: number, relative: string, allocate: Allocate): AsyncGenerator<Buffer> {
-  const names = readdirSync(`/proc/self/fd/${fd}`).sort();
-  for (const name of names) {
-    const path = relative === '' ? name : `${relative}/${name}`;
-    const info = ifThere(() => lstatSync(at(fd, name)));
-    if (!info) continue; // gone meanwhile
-    if (info.isDirectory()) {
-      const inner = ifThere(() => openSync(at(fd, name), OPEN_DIR));
-      if (inner === undefined) continue; // gone, or swapped for something else
-      try {
-        yield* piece.add(header(path, fstatSync(inner), 'directory', 0), 0);
-        yield* addDirectory(piece, inner, path, allocate);
-      } finally {
-        closeSync(inner);
+/** An entry of a directory, looked at: what its header needs, and a file's descriptor (owned: closed once read). */
+type Looked =
+  | { kind: 'directory'; name: string }
+  | { kind: 'symlink'; name: string; stats: Stats; target: string }
+  | { kind: 'file'; name: string; stats: Stats; fd: number };
+
+/** The entries of the directory `dir`, in name order, each directory's entries after its own header. */
+async function* addDirectory(piece: PieceBuilder, dir: UserDir, relative: string, allocate: Allocate): AsyncGenerator<Buffer> {
+  const entries = (await readdir(dir.self, { withFileTypes: true })).filter((e) => e.isDirectory() || e.isFile() || e.isSymbolicLink());
+  entries.sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+  for (let at = 0; at < entries.length; at += ENTRIES_AT_ONCE) {
+    const looked = await Promise.all(entries.slice(at, at + ENTRIES_AT_ONCE).map((entry) => lookAt(dir, entry)));
+    let next = 0;
+    try {
+      for (; next < looked.length; next++) {
+        const entry = looked[next];
+        if (!entry) continue; // gone meanwhile, or changed kind
+        const path = relative === '' ? entry.name : `${relative}/${entry.name}`;
+        if (entry.kind === 'symlink') {
+          yield* piece.add(header(path, entry.stats, 'symlink', 0, entry.target), 0);
+        } else if (entry.kind === 'file') {
+          looked[next] = undefined; // addFile owns its descriptor now
+          yield* addFile(piece, path, entry.stats, entry.fd, allocate);
+        } else {
+          const inner = await openSubdirectory(dir, entry.name);
+          if (!inner) continue; // gone, or swapped for something else
+          try {
+            yield* piece.add(header(path, await inner.stats(), 'directory', 0), 0);
+            yield* addDirectory(piece, inner, path, allocate);
+          } finally {
+            await inner.close();
+          }
+        }
       }
-    } else if (info.isSymbolicLink()) {
-      const target = ifThere(() => readlinkSync(at(fd, name)));
-      if (target !== undefined) yield* piece.add(header(path, info, 'symlink', 0, target), 0);
-    } else if (info.isFile()) {
-      yield* addFile(piece, path, fd, name, allocate);
+    } finally {
+      // The client left mid-batch: the files looked at and not yet sent are closed.
+      for (const entry of looked) if (entry?.kind === 'file') await closeFd(entry.fd).catch(() => {});
     }
+  }
+}
+
+/** What an entry is now: a file opened and fstat-checked, a symlink's text, a directory; undefined when it is gone or is something else now. */
+async function lookAt(dir: UserDir, entry: Dirent): Promise<Looked | undefined> {
+  const { name } = entry;
+  try {
+    if (entry.isDirectory()) return { kind: 'directory', name };
+    if (entry.isSymbolicLink()) {
+      const [stats, target] = await Promise.all([lstat(dir.at(name)), readlink(dir.at(name))]);
+      return stats.isSymbolicLink() ? { kind: 'symlink', name, stats, target } : undefined;
+    }
+    const fd = await openFd(dir.at(name), OPEN_ENTRY);
+    const stats = await fstat(fd).catch(async (error: unknown) => {
+      await closeFd(fd);
+      throw error;
+    });
+    // Swapped for something else since it was listed (a FIFO, a directory): left out like one listed as such.
+    if (stats.isFile()) return { kind: 'file', name, stats, fd };
+    await closeFd(fd);
+    return undefined;
+  } catch (error) {
+    // ELOOP/ENOTDIR: an O_NOFOLLOW open met a symlink swapped in for what was listed; ENXIO: a socket; EINVAL: not a link any more.
+    const code = (error as NodeJS.ErrnoException).code;
+    if (code === 'ENOENT' || code === 'ELOOP' || code === 'ENOTDIR' || code === 'ENXIO' || code === 'EINVAL') return undefined;
+    throw error;
   }
 }
 
@@ -104,30 +156,20 @@ function header(name: string, info: Stats, type: 'file' | 'directory' | 'symlink
   return encodeHeader({ name, type, mode: info.mode, uid: info.uid, gid: info.gid, size, mtime: info.mtimeMs / 1000, linkname });
 }
 
-async function* addFile(piece: PieceBuilder, relative: string, dirFd: number, name: string, allocate: Allocate): AsyncGenerator<Buffer> {
-  const fd = ifThere(() => openSync(at(dirFd, name), OPEN_ENTRY));
-  if (fd === undefined) return;
-  let info: Stats;
-  try {
-    info = fstatSync(fd);
-  } catch (error) {
-    closeSync(fd);
-    throw error;
-  }
-  // Swapped for something else since it was listed (a FIFO, a directory): left out like one listed as such.
-  if (!info.isFile()) return void closeSync(fd);
+/** A regular file (open as `fd`, owned: closed here) as its header and data. */
+async function* addFile(piece: PieceBuilder, relative: string, info: Stats, fd: number, allocate: Allocate): AsyncGenerator<Buffer> {
   const size = info.size;
-  if (size <= SMALL_FILE_BYTES) {
+  if (size <= Math.min(SMALL_FILE_BYTES, piece.chunkBytes - HEADER_ROOM_BYTES)) {
     try {
       yield* piece.add(header(relative, info, 'file', size), size + padding(size));
-      piece.readFrom(fd, size);
-    } finally {
-      closeSync(fd);
+    } catch (error) {
+      await closeFd(fd).catch(() => {});
+      throw error;
     }
+    piece.readFrom(fd, size);
     return;
   }
-  // Large files are read through the thread pool, from the descriptor that was checked.
-  const handle = await open(`/proc/self/fd/${fd}`, 'r').finally(() => closeSync(fd));
+  // Large files are read in pieces of their own.
   try {
     yield* piece.add(header(relative, info, 'file', size), 0);
     yield* piece.flush();
@@ -136,7 +178,7 @@ async function* addFile(piece: PieceBuilder, relative: string, dirFd: number, na
       const out = allocate(want + (sent + want === size ? padding(size) : 0));
       let got = 0;
       while (got < want) {
-        const { bytesRead } = await handle.read(out, got, want - got, sent + got);
+        const bytesRead = await readFd(fd, out, got, want - got, sent + got);
         if (bytesRead === 0) break; // shrank meanwhile: zeros stand in for the rest
         got += bytesRead;
       }
@@ -145,25 +187,19 @@ async function* addFile(piece: PieceBuilder, relative: string, dirFd: number, na
       yield out;
     }
   } finally {
-    await handle.close();
+    await closeFd(fd);
   }
 }
 
-/** What `open` gives, or undefined for an entry that vanished or changed kind since it was listed. */
-function ifThere<T>(open: () => T): T | undefined {
-  try {
-    return open();
-  } catch (error) {
-    // ELOOP/ENOTDIR: an O_NOFOLLOW open met a symlink swapped in for what was listed; ENXIO: a socket.
-    const code = (error as NodeJS.ErrnoException).code;
-    if (code === 'ENOENT' || code === 'ELOOP' || code === 'ENOTDIR' || code === 'ENXIO') return undefined;
-    throw error;
-  }
-}
-/** Fills output pieces of up to `chunkBytes`, handing each out when the next entry would not fit. */
+/**
+ * Fills output pieces of up to `chunkBytes`, handing each out when the next
+ * entry would not fit, and only once every read into it is done.
+ */
 class PieceBuilder {
   private buffer: Buffer | undefined;
   private used = 0;
+  /** Small files' reads into the current piece, each closing its file when done. */
+  private reads: Promise<void>[] = [];
 
   constructor(
     private readonly allocate: Allocate,
@@ -171,7 +207,7 @@ class PieceBuilder {
   ) {}
 
   /** Appends a header, with room for `dataBytes` after it (filled by readFrom); yields the full piece first if needed. */
-  *add(bytes: Buffer, dataBytes: number): Generator<Buffer> {
+  async *add(bytes: Buffer, dataBytes: number): AsyncGenerator<Buffer> {
     if (this.used > 0 && this.used + bytes.length + dataBytes > this.chunkBytes) yield* this.flush();
     // Taken only now, not at the flush: a recycled buffer is likelier to be free the later it is asked for.
     this.buffer ??= this.allocate(this.chunkBytes + BLOCK);
@@ -179,21 +215,42 @@ class PieceBuilder {
     this.used += bytes.length;
   }
 
-  /** A small file's first `size` bytes, zeros for what is missing, and the padding to a block. */
+  /**
+   * A small file's first `size` bytes, zeros for what is missing, and the
+   * padding to a block, read into its place in the piece in the thread pool
+   * (alongside the other files of the piece); `fd` is closed once read.
+   */
   readFrom(fd: number, size: number): void {
     const buffer = this.buffer!;
-    let got = 0;
-    while (got < size) {
-      const n = readSync(fd, buffer, this.used + got, size - got, got);
-      if (n === 0) break;
-      got += n;
-    }
-    const end = this.used + size + padding(size);
-    buffer.fill(0, this.used + got, end);
+    const start = this.used;
+    const end = start + size + padding(size);
     this.used = end;
+    this.reads.push(
+      (async () => {
+        let got = 0;
+        try {
+          while (got < size) {
+            const n = await readFd(fd, buffer, start + got, size - got, got);
+            if (n === 0) break;
+            got += n;
+          }
+        } finally {
+          await closeFd(fd);
+        }
+        buffer.fill(0, start + got, end);
+      })(),
+    );
   }
 
-  *flush(): Generator<Buffer> {
+  /** Waits for every read into the piece (their failures included, which the next flush rethrows). */
+  async settle(): Promise<void> {
+    await Promise.allSettled(this.reads);
+  }
+
+  async *flush(): AsyncGenerator<Buffer> {
+    const reads = this.reads;
+    this.reads = [];
+    await Promise.all(reads);
     if (this.used === 0 || !this.buffer) return;
     const out = this.buffer.subarray(0, this.used);
     this.buffer = undefined;

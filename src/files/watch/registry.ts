@@ -1,7 +1,8 @@
-import { lstatSync, statSync, watch, type FSWatcher, type Stats } from 'node:fs';
+import { closeSync, fstatSync, watch, type FSWatcher, type Stats } from 'node:fs';
 import { basename } from 'node:path';
 import { HttpError } from '../../errors.js';
 import { directoryGone } from './describe-error.js';
+import { childPath, inside, isStillThere, lstatQuietly, openQuietly, watchParent } from './directory-access.js';
 import { DIRECTORY_READS_AT_ONCE, readEntries } from './read-entries.js';
 import { replayEvents, type ChangeType, type RawEvent, type RawKind } from './replay.js';
 import { WatchedDirectory, type WatchSubscriber } from './watched-directory.js';
@@ -39,6 +40,15 @@ export interface Subscription {
  * subdirectory that disappears (deleted, moved away, replaced) is released
  * with everything under it, and clients rooted inside it end.
  *
+ * The tree is a user's: every watched directory holds an O_PATH descriptor
+ * of itself, and everything in it (its listing, its inotify watch, what its
+ * events name, its subdirectories' descriptors) is reached relative to that
+ * descriptor, spelled `/proc/self/fd/N/name` (user-path.ts), never by path.
+ * A user who swaps a directory, or one above it, for a symlink to root's
+ * directory steers neither the watch nor what it reports: the watch stays
+ * on the directories it found, and a subdirectory is opened O_NOFOLLOW.
+ * Paths told to clients are the ones asked for, joined with entry names.
+ *
  * IN_Q_OVERFLOW never reaches JavaScript: libuv drops events for the
  * watch descriptor -1. A burst beyond `fs.inotify.max_queued_events` (16,384)
  * loses events silently, as with any fs.watch user.
@@ -72,19 +82,22 @@ export class WatchRegistry {
   }
 
   /**
-   * Adds a client watch rooted at the directory `root` (inode `ino`, from the
-   * caller's stat). Throws if the root itself cannot be watched. Later
-   * failures (a subdirectory that cannot be watched, the root deleted) reach
-   * the subscriber through `onEnd`, even before `ready` resolves.
+   * Adds a client watch rooted at the directory `root`, open as `fd` (inode
+   * `ino`, from the caller's fstat; the registry owns `fd` from here, and
+   * closes it when it is not needed). Throws if the root itself cannot be
+   * watched. Later failures (a subdirectory that cannot be watched, the root
+   * deleted) reach the subscriber through `onEnd`, even before `ready` resolves.
    */
-  subscribe(root: string, ino: number, subscriber: WatchSubscriber): Subscription {
+  subscribe(root: string, fd: number, ino: number, subscriber: WatchSubscriber): Subscription {
     let node = this.directories.get(root);
     // Replaced since it was armed, and its events not read yet: a new directory.
     if (node && node.ino !== ino) {
       this.markGone(node);
       node = undefined;
     }
-    node ??= this.arm(root, ino);
+    if (node) closeSync(fd);
+    else node = this.arm(root, ino, fd);
+    this.guard(node);
     (node.subscribers ??= new Set()).add(subscriber);
     const armed = node;
     return {
@@ -120,13 +133,21 @@ export class WatchRegistry {
     if (!node.subscribers) this.close(node);
   }
 
-  private arm(path: string, ino: number): WatchedDirectory {
-    if (this.directories.size >= WATCHED_DIRECTORY_LIMIT) {
-      throw new HttpError(503, `${path}: envd watches at most ${WATCHED_DIRECTORY_LIMIT} directories at once; watch a smaller tree`);
+  /** Watches the directory open as `fd` (owned from here: closed with the node, or now if it cannot be watched). */
+  private arm(path: string, ino: number, fd: number): WatchedDirectory {
+    let watcher: DirectoryWatcher;
+    try {
+      if (this.directories.size >= WATCHED_DIRECTORY_LIMIT) {
+        throw new HttpError(503, `${path}: envd watches at most ${WATCHED_DIRECTORY_LIMIT} directories at once; watch a smaller tree`);
+      }
+      // Not persistent: a watch never keeps envd alive on its own at shutdown. inotify_add_watch
+      // resolves the magic link to this very directory; nothing is looked up by name.
+      watcher = watch(inside(fd), { persistent: false }, this.onRaw);
+    } catch (error) {
+      closeSync(fd);
+      throw error;
     }
-    const node = new WatchedDirectory(path, ino);
-    // Not persistent: a watch never keeps envd alive on its own at shutdown.
-    const watcher: DirectoryWatcher = watch(path, { persistent: false }, this.onRaw);
+    const node = new WatchedDirectory(path, ino, fd);
     watcher[DIRECTORY] = node;
     watcher.on('error', this.onError);
     node.watcher = watcher;
@@ -134,10 +155,22 @@ export class WatchRegistry {
     return node;
   }
 
+  /** A client root's watch on its parent, to see it removed (watchParent says why). */
+  private guard(node: WatchedDirectory): void {
+    if (node.guard || node.path === '/') return;
+    node.guard = watchParent(node, () => {
+      if (!node.closed) this.record(node, 'rename', String(node.fd));
+    });
+  }
+
   private close(node: WatchedDirectory): void {
+    if (node.closed) return;
     node.closed = true;
     node.watcher?.close();
     node.watcher = undefined;
+    node.guard?.close();
+    node.guard = undefined;
+    closeSync(node.fd);
     if (this.directories.get(node.path) === node) this.directories.delete(node.path);
     const parent = node.parent;
     if (parent?.children) {
@@ -164,21 +197,29 @@ export class WatchRegistry {
     const known = parent.children?.get(name);
     if (known && !known.closed) return known;
     const path = childPath(parent.path, name);
+    // Opened without following, relative to the parent: a symlink swapped in for it is not entered.
+    const fd = openQuietly(inside(parent.fd, name));
+    if (fd === null) return null;
     let child = this.directories.get(path);
-    if (!child) {
-      if (ino === undefined) {
-        const stats = lstatQuietly(path);
-        if (!stats?.isDirectory()) return null;
-        ino = stats.ino;
+    try {
+      const found = fstatSync(fd).ino;
+      // Replaced since its event or listing: the parent's events say what became of it.
+      if (ino !== undefined && found !== ino) {
+        closeSync(fd);
+        return null;
       }
-      try {
-        child = this.arm(path, ino);
-      } catch (error) {
-        // Gone between the read and the watch: its parent's events say what became of it.
-        const code = (error as NodeJS.ErrnoException).code;
-        if (code === 'ENOENT' || code === 'ENOTDIR') return null;
-        throw error;
+      if (child && child.ino !== found) {
+        // Another client's root by this path, but no longer the directory here.
+        this.markGone(child);
+        child = undefined;
       }
+      if (child) closeSync(fd);
+      else child = this.arm(path, found, fd);
+    } catch (error) {
+      // arm closed the fd; an fstat cannot fail on an open fd.
+      const code = (error as NodeJS.ErrnoException).code;
+      if (code === 'ENOENT' || code === 'ENOTDIR') return null;
+      throw error;
     }
     child.parent = parent;
     (parent.children ??= new Map()).set(name, child);
@@ -218,7 +259,7 @@ export class WatchRegistry {
   private async scanOne(node: WatchedDirectory, report: boolean, scan: Promise<void>, queue: WatchedDirectory[], others: Promise<void>[]): Promise<void> {
     let entries;
     try {
-      entries = await readEntries(node.path);
+      entries = await readEntries(inside(node.fd));
     } catch {
       // Removed or unreadable meanwhile: its parent's events say what became of it.
       return;
@@ -267,13 +308,13 @@ export class WatchRegistry {
     const found = new Map<string, Stats | null>();
     const lookup = (name: string): Stats | null => {
       let stats = found.get(name);
-      if (stats === undefined) found.set(name, (stats = lstatQuietly(childPath(node.path, name))));
+      if (stats === undefined) found.set(name, (stats = lstatQuietly(inside(node.fd, name))));
       return stats;
     };
     // libuv names the events of the watched directory itself (deleted, moved,
-    // IN_IGNORED) after the directory; a child of the same name is told apart
-    // by whether the directory is still where it was.
-    const own = basename(node.path);
+    // IN_IGNORED) after the path it watches (its descriptor's number); a child
+    // of the same name is told apart by whether the directory is still where it was.
+    const own = String(node.fd);
     const ownAt = events.findIndex((event) => event.name === own);
     const gone = ownAt !== -1 && !isStillThere(node);
     const handled = gone ? events.slice(0, ownAt) : events;
@@ -346,43 +387,4 @@ export class WatchRegistry {
       subscriber.onEnd(error);
     }
   }
-}
-
-/**
- * lstat, or null when nothing (or nothing reachable) is at the path.
- * Synchronous on purpose: a batch's answers describe one moment, events stay
- * in order, and a burst waits in the kernel's inotify queue (bounded) instead
- * of as promises in envd's memory.
- */
-function lstatQuietly(path: string): Stats | null {
-  try {
-    return lstatSync(path);
-  } catch {
-    return null;
-  }
-}
-
-/**
- * Whether the watched directory is still at its path: a directory, the same
- * inode. Followed like the watch itself: a client's root may be a symlink.
- */
-function isStillThere(node: WatchedDirectory): boolean {
-  try {
-    const stats = statSync(node.path);
-    return stats.isDirectory() && stats.ino === node.ino;
-  } catch {
-    return false;
-  }
-}
-
-/**
- * The path of an entry of a watched directory. Plain concatenation, not
- * path.join: directory paths are normalised already (a client's root went
- * through checkPath) and an entry's name has no slash, and path.join's
- * character loop, run for every entry of a scan, was what V8's optimising
- * compiler compiled first during a cold envd's first big watch (mapping
- * ~5 MiB of its code into envd's RSS).
- */
-function childPath(directory: string, name: string): string {
-  return directory.endsWith('/') ? directory + name : `${directory}/${name}`;
 }

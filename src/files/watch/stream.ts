@@ -1,8 +1,9 @@
 import { createSession } from 'better-sse';
-import { stat } from 'node:fs/promises';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { FastifyBaseLogger } from 'fastify';
-import { HttpError, badRequest, errnoToHttpError } from '../../errors.js';
+import { HttpError, errnoToHttpError } from '../../errors.js';
+import type { Owner } from '../paths.js';
+import { openDirectory } from '../user-path.js';
 import { describeWatchEnd, describeWatchError } from './describe-error.js';
 import type { WatchRegistry } from './registry.js';
 import type { ChangeType } from './replay.js';
@@ -50,15 +51,20 @@ export interface ArmedWatch {
  * error, nothing held. Checks run before anything is armed, so a missing path
  * is a 404.
  */
-export async function armWatch(registry: WatchRegistry, path: string, recursive: boolean): Promise<ArmedWatch> {
-  const stats = await stat(path).catch((error) => {
+export async function armWatch(registry: WatchRegistry, path: string, recursive: boolean, owner?: Owner): Promise<ArmedWatch> {
+  // Reached by user-path.ts's walk: a symlink on the way is followed only where root or `owner` alone could have put it.
+  const { dir } = await openDirectory(path, { owner });
+  let stats;
+  try {
+    stats = await dir.stats();
+  } catch (error) {
+    await dir.close();
     throw errnoToHttpError(error, path);
-  });
-  if (!stats.isDirectory()) throw badRequest(`${path}: not a directory`);
+  }
   const client = new ClientWatch(recursive);
   let subscription;
   try {
-    subscription = registry.subscribe(path, stats.ino, client);
+    subscription = registry.subscribe(path, dir.detach(), stats.ino, client);
   } catch (error) {
     throw describeWatchError(error, path);
   }

@@ -22,6 +22,8 @@ export interface WatchSubscriber {
  */
 export class WatchedDirectory {
   watcher: FSWatcher | undefined;
+  /** A client root's watch on its parent, to see the root removed (registry.guard says why). */
+  guard: FSWatcher | undefined;
   /** Set once the directory is released or gone: its events are ignored, its scans stop. */
   closed = false;
   /** The watched directory this one was found in by a recursive scan; undefined for a client's own root outside any. */
@@ -39,6 +41,8 @@ export class WatchedDirectory {
     readonly path: string,
     /** The inode watched: a directory replaced at the same path is a different directory. */
     readonly ino: number,
+    /** An O_PATH descriptor of it: everything in it is reached through this, never by path (closed with the node). */
+    readonly fd: number,
   ) {}
 
   /** Whether a recursive client watch is rooted here. */
