@@ -23,10 +23,12 @@ beforeAll(async () => {
   call = callEnvd(envd, token);
   dir = mkdtempSync(join(tmpdir(), 'envd-watch-mem-'));
 });
+// Removing the trees of 10,000 directories and stopping an envd that watched them takes more
+// than vitest's 30 s default on a loaded 2-core machine.
 afterAll(async () => {
   await envd?.stop();
   if (dir) rmSync(dir, { recursive: true, force: true });
-});
+}, 120_000);
 
 const pid = () => envd.child.pid!;
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
