@@ -1,0 +1,130 @@
+import { spawnSync } from 'node:child_process';
+import { closeSync, existsSync, mkdirSync, mkdtempSync, openSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { MOUNT_ANSWER_DEADLINE_MS } from '../../src/files/mount-guard.js';
+import { startServer, type TestServer } from '../helpers/server.js';
+
+/** How long a request that is not on the hung mount may take on a loaded 2-core machine and still count as answering. */
+const ANSWERS_WITHIN_MS = 2_000;
+
+const canMountFuse = existsSync('/dev/fuse') && process.getuid?.() === 0;
+
+/** envd-holder --probe processes waiting on `point` (read from /proc: one per hung mount is the promise). */
+function probesWaitingOn(point: string): number {
+  let count = 0;
+  for (const pid of readdirSync('/proc').filter((name) => /^\d+$/.test(name))) {
+    try {
+      const argv = readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0');
+      if (argv[1] === '--probe' && argv[2] === point) count++;
+    } catch {
+      // gone meanwhile
+    }
+  }
+  return count;
+}
+
+/**
+ * Issue 43, item 4: a file call into a hung network mount blocks in the kernel,
+ * and on envd's four pool threads four such requests stalled every file route.
+ * A real hang: a FUSE mount whose "daemon" (this test, holding /dev/fuse) never
+ * reads a request, so every call into it waits (killably) until the
+ * connection is closed.
+ */
+describe.skipIf(!canMountFuse)('a hung FUSE mount', () => {
+  let server: TestServer;
+  let dir: string;
+  let mount: string;
+  let healthy: string;
+  let fuse: number | undefined;
+
+  /** Ends the hang: closing the only /dev/fuse fd aborts the connection (every waiter gets ENOTCONN), then the mount goes. */
+  function release() {
+    if (fuse !== undefined) closeSync(fuse);
+    fuse = undefined;
+    if (mount) spawnSync('umount', ['-l', mount]);
+  }
+
+  beforeAll(async () => {
+    server = await startServer();
+    dir = mkdtempSync(join(tmpdir(), 'envd-hung-'));
+    mount = join(dir, 'hung');
+    healthy = join(dir, 'healthy');
+    mkdirSync(mount);
+    mkdirSync(healthy);
+    fuse = openSync('/dev/fuse', 'r+');
+    // -i: no mount.fuse helper; the kernel takes the fd as its daemon's end (fd 3 in mount's process).
+    const mounted = spawnSync('mount', ['-i', '-t', 'fuse', '-o', 'fd=3,rootmode=40000,user_id=0,group_id=0', 'envd-hung', mount], { stdio: ['ignore', 'ignore', 'pipe', fuse], encoding: 'utf8' });
+    if (mounted.status !== 0) throw new Error(`mount -t fuse failed: ${mounted.stderr}`);
+  });
+
+  afterAll(async () => {
+    release();
+    await server?.close();
+    if (dir) rmSync(dir, { recursive: true, force: true });
+  });
+
+  it('answers 8 requests on it 503 at the deadline while other file routes and commands answer, and serves it again once it answers', async () => {
+    const at = (name: string) => encodeURIComponent(join(mount, name));
+    const started = Date.now();
+    const hung = [
+      server.call('GET', `/files/info?path=${at('a')}`),
+      server.call('GET', `/files?path=${at('a.txt')}`),
+      server.call('GET', `/files/raw?path=${at('a.bin')}`),
+      server.call('GET', `/files/list?path=${encodeURIComponent(mount)}`),
+      server.call('POST', '/files/mkdir', { path: join(mount, 'd/e') }),
+      server.call('PUT', `/files/raw?path=${at('up.bin')}`, undefined, { body: Buffer.from('bytes'), headers: { 'content-type': 'application/octet-stream' } }),
+      server.call('GET', `/files/archive?path=${encodeURIComponent(mount)}`),
+      server.call('POST', '/files/rename', { from: join(healthy, 'x'), to: join(mount, 'x') }),
+    ].map(async (answer) => ({ response: await answer, after: Date.now() - started }));
+
+    // While those wait: the pool, the event loop and the holder are free for everyone else.
+    for (let round = 0; round < 3; round++) {
+      await new Promise((resolve) => setTimeout(resolve, 500));
+      const file = join(healthy, `f${round}.txt`);
+      const timed = async (answer: Promise<{ status: number; body: any }>) => {
+        const before = Date.now();
+        const { status, body } = await answer;
+        return { status, body, took: Date.now() - before };
+      };
+      const written = await timed(server.json('POST', '/files', { path: file, data: `round ${round}` }));
+      const read = await timed(server.json('GET', `/files/info?path=${encodeURIComponent(file)}`));
+      const listed = await timed(server.json('GET', `/files/list?path=${encodeURIComponent(healthy)}`));
+      const command = await timed(server.json('POST', '/commands', { cmd: 'echo', args: ['still here'] }));
+      for (const answer of [written, read, listed, command]) {
+        expect(answer.status).toBe(200);
+        expect(answer.took).toBeLessThan(ANSWERS_WITHIN_MS);
+      }
+      expect(command.body.stdout).toBe('still here\n');
+    }
+
+    for (const { response, after } of await Promise.all(hung)) {
+      expect(response.status).toBe(503);
+      expect((await response.json()).message).toMatch(new RegExp(`the fuse file system at ${mount} has not answered for \\d+ s; retry when it does$`));
+      expect(after).toBeGreaterThanOrEqual(MOUNT_ANSWER_DEADLINE_MS - 100);
+      expect(after).toBeLessThan(MOUNT_ANSWER_DEADLINE_MS + ANSWERS_WITHIN_MS);
+    }
+    // All of them shared one probe, still waiting on the mount.
+    expect(probesWaitingOn(mount)).toBe(1);
+
+    // Known to hang: the next request is answered at once, without waiting again.
+    const before = Date.now();
+    const again = await server.json('GET', `/files/info?path=${at('b')}`);
+    expect(again.status).toBe(503);
+    expect(Date.now() - before).toBeLessThan(ANSWERS_WITHIN_MS);
+
+    // The daemon goes away: the probe returns (ENOTCONN) and exits, and the directory is served again.
+    release();
+    const deadline = Date.now() + 10_000;
+    while (probesWaitingOn(mount) > 0 && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 50));
+    expect(probesWaitingOn(mount)).toBe(0);
+    // (its exit reaches envd's event loop a moment after /proc shows it gone)
+    let served = await server.json('GET', `/files/list?path=${encodeURIComponent(mount)}`);
+    while (served.status === 503 && Date.now() < deadline) {
+      await new Promise((resolve) => setTimeout(resolve, 50));
+      served = await server.json('GET', `/files/list?path=${encodeURIComponent(mount)}`);
+    }
+    expect(served).toEqual({ status: 200, body: { entries: [] } });
+  }, 30_000);
+});
