@@ -3,7 +3,7 @@ import { closeSync, existsSync, mkdirSync, mkdtempSync, openSync, readdirSync, r
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { MOUNT_ANSWER_DEADLINE_MS } from '../../src/files/mount-guard.js';
+import { MAX_WAITING_PROBES, MOUNT_ANSWER_DEADLINE_MS, MOUNT_TABLE_TTL_MS, parseMountInfo } from '../../src/files/mount-guard.js';
 import { startServer, type TestServer } from '../helpers/server.js';
 
 /** How long a request that is not on the hung mount may take on a loaded 2-core machine and still count as answering. */
@@ -32,19 +32,54 @@ function probesWaitingOn(point: string): number {
  * reads a request, so every call into it waits (killably) until the
  * connection is closed.
  */
+/**
+ * Mounts at `point` a FUSE file system whose daemon never answers and
+ * returns what ends the hang: closing the only /dev/fuse fd aborts the
+ * connection (every waiter gets ENOTCONN), then the mount goes.
+ */
+function mountHungFuse(point: string): () => void {
+  let fuse: number | undefined = openSync('/dev/fuse', 'r+');
+  // -i: no mount.fuse helper; the kernel takes the fd as its daemon's end (fd 3 in mount's process).
+  const mounted = spawnSync('mount', ['-i', '-t', 'fuse', '-o', 'fd=3,rootmode=40000,user_id=0,group_id=0', 'envd-hung', point], { stdio: ['ignore', 'ignore', 'pipe', fuse], encoding: 'utf8' });
+  if (mounted.status !== 0) {
+    closeSync(fuse);
+    throw new Error(`mount -t fuse failed: ${mounted.stderr}`);
+  }
+  return () => {
+    // (once only: the fd number may belong to someone else after its close)
+    if (fuse !== undefined) closeSync(fuse);
+    fuse = undefined;
+    spawnSync('umount', ['-l', point]);
+  };
+}
+
+/** envd reads the mount table at most every MOUNT_TABLE_TTL_MS: a mount younger than that is not guarded yet. */
+const untilEnvdSeesNewMounts = () => new Promise((resolve) => setTimeout(resolve, MOUNT_TABLE_TTL_MS + 100));
+
+describe('the mount table', () => {
+  it('reads mount points with escaped names and the type after the optional fields', () => {
+    const text = [
+      '22 1 0:21 / /proc rw,nosuid shared:5 - proc proc rw',
+      '90 22 0:50 / /mnt/my\\040share rw,relatime shared:7 master:1 - nfs4 server:/export rw,vers=4.2',
+      '91 22 0:51 / /home/u/fuse rw - fuse.sshfs u@h: rw',
+      '',
+    ].join('\n');
+    expect(parseMountInfo(text)).toEqual([
+      { point: '/proc', type: 'proc' },
+      { point: '/mnt/my share', type: 'nfs4' },
+      { point: '/home/u/fuse', type: 'fuse.sshfs' },
+    ]);
+  });
+});
+
 describe.skipIf(!canMountFuse)('a hung FUSE mount', () => {
   let server: TestServer;
   let dir: string;
   let mount: string;
   let healthy: string;
-  let fuse: number | undefined;
-
-  /** Ends the hang: closing the only /dev/fuse fd aborts the connection (every waiter gets ENOTCONN), then the mount goes. */
-  function release() {
-    if (fuse !== undefined) closeSync(fuse);
-    fuse = undefined;
-    if (mount) spawnSync('umount', ['-l', mount]);
-  }
+  /** Every hang this describe made: afterAll ends them all before it removes `dir` (an lstat of a hung mount point would wait for ever). */
+  const releases: Array<() => void> = [];
+  const release = () => releases[0]?.();
 
   beforeAll(async () => {
     server = await startServer();
@@ -53,14 +88,12 @@ describe.skipIf(!canMountFuse)('a hung FUSE mount', () => {
     healthy = join(dir, 'healthy');
     mkdirSync(mount);
     mkdirSync(healthy);
-    fuse = openSync('/dev/fuse', 'r+');
-    // -i: no mount.fuse helper; the kernel takes the fd as its daemon's end (fd 3 in mount's process).
-    const mounted = spawnSync('mount', ['-i', '-t', 'fuse', '-o', 'fd=3,rootmode=40000,user_id=0,group_id=0', 'envd-hung', mount], { stdio: ['ignore', 'ignore', 'pipe', fuse], encoding: 'utf8' });
-    if (mounted.status !== 0) throw new Error(`mount -t fuse failed: ${mounted.stderr}`);
+    releases.push(mountHungFuse(mount));
+    await untilEnvdSeesNewMounts();
   });
 
   afterAll(async () => {
-    release();
+    for (const end of releases) end();
     await server?.close();
     if (dir) rmSync(dir, { recursive: true, force: true });
   });
@@ -126,5 +159,27 @@ describe.skipIf(!canMountFuse)('a hung FUSE mount', () => {
       served = await server.json('GET', `/files/list?path=${encodeURIComponent(mount)}`);
     }
     expect(served).toEqual({ status: 200, body: { entries: [] } });
+  }, 30_000);
+
+  it(`answers at once, without a new probe, once MAX_WAITING_PROBES (${MAX_WAITING_PROBES}) mounts have not answered`, async () => {
+    const points = Array.from({ length: MAX_WAITING_PROBES + 1 }, (_, index) => join(dir, `many-${index}`));
+    // The first MAX_WAITING_PROBES hang one probe each; the last is asked for after they are all late.
+    for (const point of points) {
+      mkdirSync(point);
+      releases.push(mountHungFuse(point));
+    }
+    await untilEnvdSeesNewMounts();
+    const late = await Promise.all(points.slice(0, -1).map((point) => server.json('GET', `/files/info?path=${encodeURIComponent(point)}`)));
+    for (const answer of late) expect(answer.status).toBe(503);
+    const last = points.at(-1)!;
+    const before = Date.now();
+    const refused = await server.json('GET', `/files/info?path=${encodeURIComponent(last)}`);
+    expect(Date.now() - before).toBeLessThan(ANSWERS_WITHIN_MS);
+    expect(refused).toEqual({
+      status: 503,
+      body: { message: `${last}: ${MAX_WAITING_PROBES} mounts have not answered (the most envd waits on at once); the fuse file system at ${last} is not tried until one does` },
+    });
+    expect(probesWaitingOn(last)).toBe(0);
+    expect(points.slice(0, -1).map(probesWaitingOn)).toEqual(points.slice(0, -1).map(() => 1));
   }, 30_000);
 });
