@@ -20,16 +20,17 @@ const GZIP_SLICE_BYTES = 64 * 1024;
  * memory stays flat whatever the tree's size. Checked before the first byte goes out: a missing path is a
  * 404, a file is a 400. A failure later (a file that cannot be read) ends
  * the response without its end-of-archive blocks, which every tar reader reports.
+ * `checksums`: each file's sha256 in the stream (tar/checksums.ts), for `envd cp`.
  */
-export async function packDirectory(dir: string, format: ArchiveFormat, owner?: Owner): Promise<Readable> {
+export async function packDirectory(dir: string, format: ArchiveFormat, owner?: Owner, checksums = false): Promise<Readable> {
   const info = await lstat(dir).catch((error: NodeJS.ErrnoException) => {
     throw errnoToHttpError(error, dir);
   });
   if (!info.isDirectory()) throw badRequest(`path: ${dir} is not a directory`);
-  if (format === 'tar') return new TarBody(dir, owner);
+  if (format === 'tar') return new TarBody(dir, owner, undefined, undefined, checksums);
   // gzip takes a piece slower than a socket would and holds it until done: smaller pieces keep what a
   // stalled client pins (the piece, zlib's state) under 1 MiB (issue 36, item 9) at no cost in speed.
-  const tar = new TarBody(dir, owner, GZIP_PIECE_BYTES, GZIP_SLICE_BYTES);
+  const tar = new TarBody(dir, owner, GZIP_PIECE_BYTES, GZIP_SLICE_BYTES, checksums);
   const gzip = createGzip({ level: 6 });
   tar.on('error', (error) => gzip.destroy(error));
   gzip.on('close', () => tar.destroy());

@@ -3,6 +3,7 @@ import { open } from 'node:fs/promises';
 import { DOWNLOAD_CHUNK_BYTES } from '../chunk-size.js';
 import type { Owner } from '../paths.js';
 import { openDirectory } from '../user-path.js';
+import type { FileChecksums } from './checksums.js';
 import { BLOCK, encodeHeader, padding } from './format.js';
 
 /**
@@ -54,7 +55,7 @@ const at = (fd: number, name: string) => `/proc/self/fd/${fd}/${name}`;
  * 1 MiB of data, or 2,048 headers) is filled in one go, then the event loop
  * turns while the client takes it; large files are read asynchronously.
  */
-export async function* tarPieces(root: string, allocate: Allocate = allocateFresh, owner?: Owner, chunkBytes = CHUNK_BYTES): AsyncGenerator<Buffer> {
+export async function* tarPieces(root: string, allocate: Allocate = allocateFresh, owner?: Owner, chunkBytes = CHUNK_BYTES, checksums?: FileChecksums): AsyncGenerator<Buffer> {
   if (chunkBytes < MIN_CHUNK_BYTES || chunkBytes > CHUNK_BYTES) throw new RangeError(`chunkBytes: ${chunkBytes} is outside ${MIN_CHUNK_BYTES}..${CHUNK_BYTES}`);
   const piece = new PieceBuilder(allocate, chunkBytes);
   const { dir } = await openDirectory(root, { owner });
@@ -67,7 +68,13 @@ export async function* tarPieces(root: string, allocate: Allocate = allocateFres
     await dir.close();
   }
   try {
-    yield* addDirectory(piece, fd, '', allocate);
+    yield* addDirectory(piece, fd, '', allocate, checksums);
+    if (checksums) {
+      // The last files' digests, then the tree's own directory ("./", as `tar -C dir -c .` writes it first):
+      // a pax header must be followed by an entry (Python's tarfile refuses the archive otherwise).
+      yield* piece.add(checksums.manifest(true)!, 0);
+      yield* piece.add(header('.', fstatSync(fd), 'directory', 0), 0);
+    }
   } finally {
     closeSync(fd);
   }
@@ -76,7 +83,7 @@ export async function* tarPieces(root: string, allocate: Allocate = allocateFres
 }
 
 /** The entries of the directory open as `fd`, in name order, each directory's entries after its own header. */
-async function* addDirectory(piece: PieceBuilder, fd: number, relative: string, allocate: Allocate): AsyncGenerator<Buffer> {
+async function* addDirectory(piece: PieceBuilder, fd: number, relative: string, allocate: Allocate, checksums: FileChecksums | undefined): AsyncGenerator<Buffer> {
   const names = readdirSync(`/proc/self/fd/${fd}`).sort();
   for (const name of names) {
     const path = relative === '' ? name : `${relative}/${name}`;
@@ -87,7 +94,7 @@ async function* addDirectory(piece: PieceBuilder, fd: number, relative: string, 
       if (inner === undefined) continue; // gone, or swapped for something else
       try {
         yield* piece.add(header(path, fstatSync(inner), 'directory', 0), 0);
-        yield* addDirectory(piece, inner, path, allocate);
+        yield* addDirectory(piece, inner, path, allocate, checksums);
       } finally {
         closeSync(inner);
       }
@@ -95,7 +102,9 @@ async function* addDirectory(piece: PieceBuilder, fd: number, relative: string, 
       const target = ifThere(() => readlinkSync(at(fd, name)));
       if (target !== undefined) yield* piece.add(header(path, info, 'symlink', 0, target), 0);
     } else if (info.isFile()) {
-      yield* addFile(piece, path, fd, name, allocate);
+      yield* addFile(piece, path, fd, name, allocate, checksums);
+      const manifest = checksums?.manifest();
+      if (manifest) yield* piece.add(manifest, 0);
     }
   }
 }
@@ -104,7 +113,8 @@ function header(name: string, info: Stats, type: 'file' | 'directory' | 'symlink
   return encodeHeader({ name, type, mode: info.mode, uid: info.uid, gid: info.gid, size, mtime: info.mtimeMs / 1000, linkname });
 }
 
-async function* addFile(piece: PieceBuilder, relative: string, dirFd: number, name: string, allocate: Allocate): AsyncGenerator<Buffer> {
+/** One regular file's header and data; its data's sha256 goes to `checksums` (none for a file that vanished or changed kind). */
+async function* addFile(piece: PieceBuilder, relative: string, dirFd: number, name: string, allocate: Allocate, checksums: FileChecksums | undefined): AsyncGenerator<Buffer> {
   const fd = ifThere(() => openSync(at(dirFd, name), OPEN_ENTRY));
   if (fd === undefined) return;
   let info: Stats;
@@ -120,7 +130,9 @@ async function* addFile(piece: PieceBuilder, relative: string, dirFd: number, na
   if (size <= SMALL_FILE_BYTES) {
     try {
       yield* piece.add(header(relative, info, 'file', size), size + padding(size));
-      piece.readFrom(fd, size);
+      const data = piece.readFrom(fd, size);
+      checksums?.update(data);
+      checksums?.endFile();
     } finally {
       closeSync(fd);
     }
@@ -142,8 +154,11 @@ async function* addFile(piece: PieceBuilder, relative: string, dirFd: number, na
       }
       out.fill(0, got);
       sent += want;
+      // Hashed before it is handed out: once taken, the buffer may be recycled.
+      checksums?.update(out.subarray(0, want));
       yield out;
     }
+    checksums?.endFile();
   } finally {
     await handle.close();
   }
@@ -179,8 +194,8 @@ class PieceBuilder {
     this.used += bytes.length;
   }
 
-  /** A small file's first `size` bytes, zeros for what is missing, and the padding to a block. */
-  readFrom(fd: number, size: number): void {
+  /** A small file's first `size` bytes, zeros for what is missing, and the padding to a block; returns the data's bytes (a view). */
+  readFrom(fd: number, size: number): Buffer {
     const buffer = this.buffer!;
     let got = 0;
     while (got < size) {
@@ -190,7 +205,9 @@ class PieceBuilder {
     }
     const end = this.used + size + padding(size);
     buffer.fill(0, this.used + got, end);
+    const data = buffer.subarray(this.used, this.used + size);
     this.used = end;
+    return data;
   }
 
   *flush(): Generator<Buffer> {
