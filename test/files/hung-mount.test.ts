@@ -1,15 +1,13 @@
-import { spawnSync } from 'node:child_process';
-import { closeSync, existsSync, mkdirSync, mkdtempSync, openSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { MAX_WAITING_PROBES, MOUNT_ANSWER_DEADLINE_MS, MOUNT_TABLE_TTL_MS, parseMountInfo } from '../../src/files/mount-guard.js';
+import { canMountFuse, mountHungFuse } from '../helpers/hung-fuse.js';
 import { startServer, type TestServer } from '../helpers/server.js';
 
 /** How long a request that is not on the hung mount may take on a loaded 2-core machine and still count as answering. */
 const ANSWERS_WITHIN_MS = 2_000;
-
-const canMountFuse = existsSync('/dev/fuse') && process.getuid?.() === 0;
 
 /** envd-holder --probe processes waiting on `point` (read from /proc: one per hung mount is the promise). */
 function probesWaitingOn(point: string): number {
@@ -32,27 +30,6 @@ function probesWaitingOn(point: string): number {
  * reads a request, so every call into it waits (killably) until the
  * connection is closed.
  */
-/**
- * Mounts at `point` a FUSE file system whose daemon never answers and
- * returns what ends the hang: closing the only /dev/fuse fd aborts the
- * connection (every waiter gets ENOTCONN), then the mount goes.
- */
-function mountHungFuse(point: string): () => void {
-  let fuse: number | undefined = openSync('/dev/fuse', 'r+');
-  // -i: no mount.fuse helper; the kernel takes the fd as its daemon's end (fd 3 in mount's process).
-  const mounted = spawnSync('mount', ['-i', '-t', 'fuse', '-o', 'fd=3,rootmode=40000,user_id=0,group_id=0', 'envd-hung', point], { stdio: ['ignore', 'ignore', 'pipe', fuse], encoding: 'utf8' });
-  if (mounted.status !== 0) {
-    closeSync(fuse);
-    throw new Error(`mount -t fuse failed: ${mounted.stderr}`);
-  }
-  return () => {
-    // (once only: the fd number may belong to someone else after its close)
-    if (fuse !== undefined) closeSync(fuse);
-    fuse = undefined;
-    spawnSync('umount', ['-l', point]);
-  };
-}
-
 /** envd reads the mount table at most every MOUNT_TABLE_TTL_MS: a mount younger than that is not guarded yet. */
 const untilEnvdSeesNewMounts = () => new Promise((resolve) => setTimeout(resolve, MOUNT_TABLE_TTL_MS + 100));
 
