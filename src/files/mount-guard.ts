@@ -52,7 +52,7 @@ interface Probe {
 }
 
 /**
- * Keeps file requests from waiting forever on a hung network or FUSE mount
+ * Keeps file requests (and commands' `cwd`) from waiting forever on a hung network or FUSE mount
  * (issue 43, item 4). A call into such a mount blocks in the kernel; on
  * envd's thread pool (four threads) four of them stalled every file route, and
  * nothing can take a blocked thread back. So before a request touches a path
@@ -177,7 +177,7 @@ export function parseMountInfo(text: string): Mount[] {
 
 const unescapeOctal = (text: string) => text.replace(/\\([0-7]{3})/g, (_, code: string) => String.fromCharCode(parseInt(code, 8)));
 
-/** The paths a file request names (`path`, `from`, `to`, `files[].path` in its query or body), normalised; invalid ones are left to the route's own 400. */
+/** The paths a request names (`path`, `from`, `to`, `cwd`, `files[].path` in its query or body), normalised; invalid ones are left to the route's own 400. */
 export function requestPaths(...sources: unknown[]): string[] {
   const paths: string[] = [];
   const add = (value: unknown) => {
@@ -189,6 +189,7 @@ export function requestPaths(...sources: unknown[]): string[] {
     add(fields.path);
     add(fields.from);
     add(fields.to);
+    add(fields.cwd);
     if (Array.isArray(fields.files)) for (const file of fields.files) add((file as Record<string, unknown> | null)?.path);
   }
   return paths;

@@ -22,7 +22,6 @@ import { decodeData, readContent, readLineRange } from './read.js';
 import { removeEntry } from './remove.js';
 import { lstatPath, openRegular } from './user-path.js';
 import { moveEntry } from './rename.js';
-import { MountGuard, requestPaths } from './mount-guard.js';
 import * as S from './schemas.js';
 import { searchRoutes } from './search/routes.js';
 import { UPLOAD_LIMIT, checkUploadHeaders, receiveUpload } from './upload.js';
@@ -41,10 +40,6 @@ export const fileRoutes: FastifyPluginAsyncTypebox<FileRoutesOptions> = async (a
   app.addContentTypeParser(['application/octet-stream', 'application/x-tar', 'application/gzip'], (_request, payload, done) => done(null, payload));
   // Every watch of this app shares one watch per directory.
   const watches = new WatchRegistry();
-  // A hung network or FUSE mount is a 503 at its deadline, not a thread-pool thread held for ever (mount-guard.ts).
-  const mounts = new MountGuard(receiver);
-  app.addHook('onClose', async () => mounts.close());
-  app.addHook('preHandler', async (request) => mounts.check(`${request.method} ${request.routeOptions.url}`, requestPaths(request.query, request.body)));
   await app.register(searchRoutes, { state });
 
   app.put(

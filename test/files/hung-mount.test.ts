@@ -75,7 +75,7 @@ describe.skipIf(!canMountFuse)('a hung FUSE mount', () => {
     if (dir) rmSync(dir, { recursive: true, force: true });
   });
 
-  it('answers 8 requests on it 503 at the deadline while other file routes and commands answer, and serves it again once it answers', async () => {
+  it('answers 9 requests on it (a command\'s cwd included) 503 at the deadline while other file routes and commands answer, and serves it again once it answers', async () => {
     const at = (name: string) => encodeURIComponent(join(mount, name));
     const started = Date.now();
     const hung = [
@@ -87,6 +87,7 @@ describe.skipIf(!canMountFuse)('a hung FUSE mount', () => {
       server.call('PUT', `/files/raw?path=${at('up.bin')}`, undefined, { body: Buffer.from('bytes'), headers: { 'content-type': 'application/octet-stream' } }),
       server.call('GET', `/files/archive?path=${encodeURIComponent(mount)}`),
       server.call('POST', '/files/rename', { from: join(healthy, 'x'), to: join(mount, 'x') }),
+      server.call('POST', '/commands', { cmd: 'true', cwd: join(mount, 'work') }),
     ].map(async (answer) => ({ response: await answer, after: Date.now() - started }));
 
     // While those wait: the pool, the event loop and the holder are free for everyone else.
