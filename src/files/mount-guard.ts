@@ -94,11 +94,6 @@ export class MountGuard {
     await Promise.all([...touched.values()].map(({ mount, path }) => this.answering(mount, path)));
   }
 
-  /** How many probes wait on mounts that have not answered. */
-  get waiting(): number {
-    return this.probes.size;
-  }
-
   /** SIGKILLs every waiting probe (app close). */
   close(): void {
     for (const probe of this.probes.values()) probe.child.kill('SIGKILL');
@@ -108,8 +103,10 @@ export class MountGuard {
     let probe = this.probes.get(mount.point);
     if (probe?.late) throw notAnswering(path, mount, probe);
     if (!probe) {
-      if (this.probes.size >= MAX_WAITING_PROBES) {
-        throw new HttpError(503, `${path}: ${this.probes.size} mounts have not answered (the most envd waits on at once); the ${mount.type} file system at ${mount.point} is not tried until one does`);
+      // Only probes past their deadline count: one that is merely running is one per mount in use, and ends.
+      const late = [...this.probes.values()].filter((waiting) => waiting.late).length;
+      if (late >= MAX_WAITING_PROBES) {
+        throw new HttpError(503, `${path}: ${late} mounts have not answered (the most envd waits on at once); the ${mount.type} file system at ${mount.point} is not tried until one does`);
       }
       probe = this.startProbe(mount);
     }
