@@ -1,7 +1,7 @@
-import { spawn, type ChildProcess } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { posix } from 'node:path';
 import { HttpError } from '../errors.js';
+import { MountProber } from './mount-prober.js';
 
 /**
  * How long a file request waits for a network or FUSE file system to answer
@@ -10,11 +10,13 @@ import { HttpError } from '../errors.js';
  */
 export const MOUNT_ANSWER_DEADLINE_MS = 5_000;
 /**
- * Probes left waiting on mounts that did not answer (one per such mount, each
- * a blocked ~100 KiB process). Past this many, a request that needs a new
- * probe is a 503 at once: nothing grows without bound however many mounts hang.
+ * Probe processes kept at once, one per network or FUSE mount in use (each a
+ * static ~100 KiB process). Past this many, the one used longest ago that
+ * waits for nothing makes room; when every one waits on a mount that has not
+ * answered, a request on another mount is a 503 at once: nothing grows
+ * without bound however many mounts hang.
  */
-export const MAX_WAITING_PROBES = 16;
+export const MAX_PROBES = 16;
 /**
  * How long the parsed mount table is reused: reading /proc/self/mountinfo
  * costs 60-90 µs, a third of a small request. A mount made within this long
@@ -42,28 +44,18 @@ export interface Mount {
   type: string;
 }
 
-/** One probe of one mount, shared by every request that needs that mount while it runs. */
-interface Probe {
-  child: ChildProcess;
-  started: number;
-  answered: Promise<void>;
-  /** Past its deadline: requests on this mount are 503 at once until it exits. */
-  late: boolean;
-}
-
 /**
- * Keeps file requests (and commands' `cwd`) from waiting forever on a hung network or FUSE mount
- * (issue 43, item 4). A call into such a mount blocks in the kernel; on
- * envd's thread pool (four threads) four of them stalled every file route, and
- * nothing can take a blocked thread back. So before a request touches a path
- * on a mount that is not local, the mount is asked whether it answers —
- * `envd-holder --probe MOUNTPOINT` (statfs, answered by the server or daemon
- * itself, never a cache) in its own process — and the request waits at most
- * MOUNT_ANSWER_DEADLINE_MS for it. A mount that did not answer is a 503 for
- * every request on it, at once, while the probe waits on (one per mount,
- * at most MAX_WAITING_PROBES); when the probe exits, the mount answered, and
- * the next request probes it again. Closing the guard SIGKILLs waiting probes
- * (NFS and FUSE wait killably).
+ * Keeps file requests (and commands' `cwd`) from waiting forever on a hung
+ * network or FUSE mount (issue 43, item 4). A call into such a mount blocks in
+ * the kernel; on envd's thread pool (four threads) four of them stalled every
+ * file route, and nothing can take a blocked thread back. So before a request
+ * touches a path on a mount that is not local, the mount is asked whether it
+ * answers by its probe process (MountProber: statfs, answered by the server or
+ * daemon itself, never a cache), and the request waits at most
+ * MOUNT_ANSWER_DEADLINE_MS for the answer. A mount whose question is older
+ * than that is a 503 for every request on it, at once, until it answers; its
+ * probe waits on meanwhile (one per mount, at most MAX_PROBES). Closing the
+ * guard ends every probe (SIGKILL for waiting ones: NFS and FUSE wait killably).
  *
  * Which mounts a request touches is read from its path as written: the mounts
  * at and above it, and for tree routes those below it. A symlink into a hung
@@ -72,7 +64,7 @@ interface Probe {
  */
 export class MountGuard {
   private table: { read: number; mounts: Mount[] } | undefined;
-  private readonly probes = new Map<string, Probe>();
+  private readonly probers = new Map<string, MountProber>();
 
   constructor(
     /** The envd-holder binary (its --probe mode). */
@@ -80,7 +72,7 @@ export class MountGuard {
     private readonly readMountInfo: () => string = () => readFileSync('/proc/self/mountinfo', 'utf8'),
   ) {}
 
-  /** Probes the mounts the request's paths touch; a 503 when one does not answer in time. */
+  /** Asks the mounts the request's paths touch; a 503 when one does not answer in time. */
   async check(route: string, paths: readonly string[]): Promise<void> {
     const remote = this.remoteMounts();
     if (remote.length === 0 || paths.length === 0) return;
@@ -94,60 +86,60 @@ export class MountGuard {
     await Promise.all([...touched.values()].map(({ mount, path }) => this.answering(mount, path)));
   }
 
-  /** SIGKILLs every waiting probe (app close). */
+  /** Ends every probe (app close). */
   close(): void {
-    for (const probe of this.probes.values()) probe.child.kill('SIGKILL');
+    for (const prober of this.probers.values()) prober.stop();
+    this.probers.clear();
   }
 
   private async answering(mount: Mount, path: string): Promise<void> {
-    let probe = this.probes.get(mount.point);
-    if (probe?.late) throw notAnswering(path, mount, probe);
-    if (!probe) {
-      // Only probes past their deadline count: one that is merely running is one per mount in use, and ends.
-      const late = [...this.probes.values()].filter((waiting) => waiting.late).length;
-      if (late >= MAX_WAITING_PROBES) {
-        throw new HttpError(503, `${path}: ${late} mounts have not answered (the most envd waits on at once); the ${mount.type} file system at ${mount.point} is not tried until one does`);
-      }
-      probe = this.startProbe(mount);
-    }
-    const left = probe.started + MOUNT_ANSWER_DEADLINE_MS - Date.now();
+    const { since, answered } = this.proberFor(mount, path).ask();
+    const left = since + MOUNT_ANSWER_DEADLINE_MS - Date.now();
+    if (left <= 0) throw notAnswering(path, mount, since);
     let timer: NodeJS.Timeout | undefined;
-    const late = new Promise<'late'>((resolve) => (timer = setTimeout(resolve, Math.max(0, left), 'late')));
-    const outcome = await Promise.race([probe.answered, late]);
+    const late = new Promise<'late'>((resolve) => (timer = setTimeout(resolve, left, 'late')));
+    const outcome = await Promise.race([answered, late]);
     clearTimeout(timer);
-    if (outcome === 'late') {
-      probe.late = true;
-      throw notAnswering(path, mount, probe);
-    }
+    if (outcome === 'late') throw notAnswering(path, mount, since);
   }
 
-  private startProbe(mount: Mount): Probe {
-    const child = spawn(this.holder, ['--probe', mount.point], { stdio: 'ignore' });
-    let settle!: () => void;
-    const answered = new Promise<void>((resolve) => (settle = resolve));
-    const probe: Probe = { child, started: Date.now(), answered, late: false };
-    this.probes.set(mount.point, probe);
-    const done = () => {
-      if (this.probes.get(mount.point) === probe) this.probes.delete(mount.point);
-      settle();
-    };
-    // A probe that cannot start (no processes left) lets the request go on as it did before the guard.
-    child.once('error', done);
-    child.once('exit', done);
-    return probe;
+  private proberFor(mount: Mount, path: string): MountProber {
+    const known = this.probers.get(mount.point);
+    if (known) return known;
+    if (this.probers.size >= MAX_PROBES) {
+      let idle: MountProber | undefined;
+      for (const prober of this.probers.values()) if (prober.waitingSince === undefined && (!idle || prober.lastUsed < idle.lastUsed)) idle = prober;
+      if (!idle) {
+        throw new HttpError(503, `${path}: ${this.probers.size} mounts have not answered (the most envd waits on at once); the ${mount.type} file system at ${mount.point} is not tried until one does`);
+      }
+      this.probers.delete(idle.mount.point);
+      idle.stop();
+    }
+    const prober: MountProber = new MountProber(this.holder, mount, () => {
+      if (this.probers.get(mount.point) === prober) this.probers.delete(mount.point);
+    });
+    this.probers.set(mount.point, prober);
+    return prober;
   }
 
   private remoteMounts(): Mount[] {
     const now = Date.now();
     if (!this.table || now - this.table.read > MOUNT_TABLE_TTL_MS) {
       this.table = { read: now, mounts: parseMountInfo(this.readMountInfo()).filter((mount) => !LOCAL_TYPES.has(mount.type)) };
+      // A mount that is gone takes its probe with it.
+      const points = new Set(this.table.mounts.map((mount) => mount.point));
+      for (const [point, prober] of this.probers) {
+        if (points.has(point)) continue;
+        this.probers.delete(point);
+        prober.stop();
+      }
     }
     return this.table.mounts;
   }
 }
 
-function notAnswering(path: string, mount: Mount, probe: Probe): HttpError {
-  const seconds = Math.round((Date.now() - probe.started) / 1000);
+function notAnswering(path: string, mount: Mount, since: number): HttpError {
+  const seconds = Math.round((Date.now() - since) / 1000);
   return new HttpError(503, `${path}: the ${mount.type} file system at ${mount.point} has not answered for ${seconds} s; retry when it does`);
 }
 

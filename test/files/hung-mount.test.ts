@@ -2,14 +2,14 @@ import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { MAX_WAITING_PROBES, MOUNT_ANSWER_DEADLINE_MS, MOUNT_TABLE_TTL_MS, parseMountInfo } from '../../src/files/mount-guard.js';
+import { MAX_PROBES, MOUNT_ANSWER_DEADLINE_MS, MOUNT_TABLE_TTL_MS, parseMountInfo } from '../../src/files/mount-guard.js';
 import { canMountFuse, mountHungFuse } from '../helpers/hung-fuse.js';
 import { startServer, type TestServer } from '../helpers/server.js';
 
 /** How long a request that is not on the hung mount may take on a loaded 2-core machine and still count as answering. */
 const ANSWERS_WITHIN_MS = 2_000;
 
-/** envd-holder --probe processes waiting on `point` (read from /proc: one per hung mount is the promise). */
+/** envd-holder --probe processes for `point` (read from /proc: one per mount is the promise). */
 function probesWaitingOn(point: string): number {
   let count = 0;
   for (const pid of readdirSync('/proc').filter((name) => /^\d+$/.test(name))) {
@@ -116,7 +116,7 @@ describe.skipIf(!canMountFuse)('a hung FUSE mount', () => {
       expect(after).toBeGreaterThanOrEqual(MOUNT_ANSWER_DEADLINE_MS - 100);
       expect(after).toBeLessThan(MOUNT_ANSWER_DEADLINE_MS + ANSWERS_WITHIN_MS);
     }
-    // All of them shared one probe, still waiting on the mount.
+    // All of them asked one probe, still waiting on the mount.
     expect(probesWaitingOn(mount)).toBe(1);
 
     // Known to hang: the next request is answered at once, without waiting again.
@@ -125,23 +125,27 @@ describe.skipIf(!canMountFuse)('a hung FUSE mount', () => {
     expect(again.status).toBe(503);
     expect(Date.now() - before).toBeLessThan(ANSWERS_WITHIN_MS);
 
-    // The daemon goes away: the probe returns (ENOTCONN) and exits, and the directory is served again.
+    // The daemon goes away: the probe gets its answer (ENOTCONN), and the directory is served again;
+    // the mount is gone from the table, and its probe with it.
     release();
     const deadline = Date.now() + 10_000;
-    while (probesWaitingOn(mount) > 0 && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 50));
-    expect(probesWaitingOn(mount)).toBe(0);
-    // (its exit reaches envd's event loop a moment after /proc shows it gone)
     let served = await server.json('GET', `/files/list?path=${encodeURIComponent(mount)}`);
     while (served.status === 503 && Date.now() < deadline) {
       await new Promise((resolve) => setTimeout(resolve, 50));
       served = await server.json('GET', `/files/list?path=${encodeURIComponent(mount)}`);
     }
     expect(served).toEqual({ status: 200, body: { entries: [] } });
+    // (the table is read again on a request at most every MOUNT_TABLE_TTL_MS)
+    while (probesWaitingOn(mount) > 0 && Date.now() < deadline) {
+      await new Promise((resolve) => setTimeout(resolve, 100));
+      await server.json('GET', `/files/exists?path=${encodeURIComponent(mount)}`);
+    }
+    expect(probesWaitingOn(mount)).toBe(0);
   }, 30_000);
 
-  it(`answers at once, without a new probe, once MAX_WAITING_PROBES (${MAX_WAITING_PROBES}) mounts have not answered`, async () => {
-    const points = Array.from({ length: MAX_WAITING_PROBES + 1 }, (_, index) => join(dir, `many-${index}`));
-    // The first MAX_WAITING_PROBES hang one probe each; the last is asked for after they are all late.
+  it(`answers at once, without a new probe, once MAX_PROBES (${MAX_PROBES}) mounts have not answered`, async () => {
+    const points = Array.from({ length: MAX_PROBES + 1 }, (_, index) => join(dir, `many-${index}`));
+    // The first MAX_PROBES hang one probe each; the last is asked for after they are all late.
     for (const point of points) {
       mkdirSync(point);
       releases.push(mountHungFuse(point));
@@ -155,7 +159,7 @@ describe.skipIf(!canMountFuse)('a hung FUSE mount', () => {
     expect(Date.now() - before).toBeLessThan(ANSWERS_WITHIN_MS);
     expect(refused).toEqual({
       status: 503,
-      body: { message: `${last}: ${MAX_WAITING_PROBES} mounts have not answered (the most envd waits on at once); the fuse file system at ${last} is not tried until one does` },
+      body: { message: `${last}: ${MAX_PROBES} mounts have not answered (the most envd waits on at once); the fuse file system at ${last} is not tried until one does` },
     });
     expect(probesWaitingOn(last)).toBe(0);
     expect(points.slice(0, -1).map(probesWaitingOn)).toEqual(points.slice(0, -1).map(() => 1));
