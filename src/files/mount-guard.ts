@@ -94,7 +94,7 @@ export class MountGuard {
 
   private async answering(mount: Mount, path: string): Promise<void> {
     const { since, answered } = this.proberFor(mount, path).ask();
-    const left = since + MOUNT_ANSWER_DEADLINE_MS - Date.now();
+    const left = since + MOUNT_ANSWER_DEADLINE_MS - performance.now();
     if (left <= 0) throw notAnswering(path, mount, since);
     let timer: NodeJS.Timeout | undefined;
     const late = new Promise<'late'>((resolve) => (timer = setTimeout(resolve, left, 'late')));
@@ -123,7 +123,7 @@ export class MountGuard {
   }
 
   private remoteMounts(): Mount[] {
-    const now = Date.now();
+    const now = performance.now();
     if (!this.table || now - this.table.read > MOUNT_TABLE_TTL_MS) {
       this.table = { read: now, mounts: parseMountInfo(this.readMountInfo()).filter((mount) => !LOCAL_TYPES.has(mount.type)) };
       // A mount that is gone takes its probe with it.
@@ -139,7 +139,7 @@ export class MountGuard {
 }
 
 function notAnswering(path: string, mount: Mount, since: number): HttpError {
-  const seconds = Math.round((Date.now() - since) / 1000);
+  const seconds = Math.round((performance.now() - since) / 1000);
   return new HttpError(503, `${path}: the ${mount.type} file system at ${mount.point} has not answered for ${seconds} s; retry when it does`);
 }
 

@@ -1,7 +1,11 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import type { Mount } from './mount-guard.js';
 
-/** A question to a mount: when it was asked, and a promise kept when the mount has answered (never rejected). */
+/**
+ * A question to a mount: when it was asked (performance.now(): `/init` may set
+ * the wall clock back or forth, never this), and a promise kept when the mount
+ * has answered (never rejected).
+ */
 export interface Question {
   since: number;
   answered: Promise<void>;
@@ -19,7 +23,7 @@ export class MountProber {
   private question: (Question & { settle: () => void }) | undefined;
   private ended = false;
   /** When a request last needed it: the one used longest ago makes room for another mount's. */
-  lastUsed = Date.now();
+  lastUsed = performance.now();
 
   constructor(
     holder: string,
@@ -41,12 +45,12 @@ export class MountProber {
 
   /** Asks the mount whether it answers, or joins the question already asked. A probe that could not start lets everything through. */
   ask(): Question {
-    this.lastUsed = Date.now();
+    this.lastUsed = performance.now();
     if (this.question) return this.question;
-    if (this.ended) return { since: Date.now(), answered: Promise.resolve() };
+    if (this.ended) return { since: performance.now(), answered: Promise.resolve() };
     let settle!: () => void;
     const answered = new Promise<void>((resolve) => (settle = resolve));
-    this.question = { since: Date.now(), answered, settle };
+    this.question = { since: performance.now(), answered, settle };
     this.child.stdin!.write('?');
     return this.question;
   }
