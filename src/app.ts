@@ -6,6 +6,7 @@ import { openCgroups, systemLocation, type CgroupMode } from './cgroups/detect.j
 import { ProcessRegistry } from './commands/registry.js';
 import type { Config } from './config.js';
 import { errnoFailure, HttpError } from './errors.js';
+import { MountGuard, requestPaths } from './files/mount-guard.js';
 import { fileRoutes } from './files/routes.js';
 import type { ClockSetter } from './lifecycle/clock.js';
 import type { OpenApiSource } from './lifecycle/openapi-source.js';
@@ -121,6 +122,12 @@ export async function buildApp({ config, logger, state = new SandboxState(config
     if (reply.raw.closed) reservation.release();
     else reply.raw.once('close', () => reservation.release());
   });
+
+  // A file or command request on a hung network or FUSE mount is a 503 at its deadline, never a
+  // thread-pool thread held for ever (src/files/mount-guard.ts).
+  const mounts = new MountGuard(processes.holderPath);
+  app.addHook('onClose', async () => mounts.close());
+  app.addHook('preHandler', async (request) => mounts.check(`${request.method} ${request.routeOptions.url}`, requestPaths(request.query, request.body)));
 
   // An answer sent before the request body was read to its end (413, 401, a
   // refused or failed upload) closes the connection, lingering so that a

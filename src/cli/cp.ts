@@ -6,6 +6,7 @@ import { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { extractArchive, hashedHere } from '../files/archive-extract.js';
 import { TarBody } from '../files/tar/body.js';
+import { ChecksumMismatch } from '../files/tar/checksums.js';
 import { type Common, help, parse, UsageError, type Verb } from './args.js';
 import { Progress } from './progress.js';
 
@@ -86,16 +87,20 @@ async function pullFile(common: Common, from: string, target: string, progressTo
  * A whole tree down in one request (GET /files/archive), extracted with
  * envd's own all-or-nothing extraction: a hostile or broken archive from a
  * sandbox cannot write outside `target` or leave half a tree; an existing
- * target is merged into. (The archive route answers no sha256 of what it
- * sent, so this direction relies on tar's checks and TCP's.)
+ * target is merged into. Asked for with each file's sha256 in the stream
+ * (tar/checksums.ts), each file is checked as it is extracted: a byte changed
+ * on the way is an error naming the file, and nothing is written.
  */
 async function pullTree(common: Common, from: string, target: string, progressTo: NodeJS.WriteStream): Promise<number> {
-  const response = await common.client.files.downloadArchive(from);
+  const response = await common.client.files.downloadArchive(from, { sha256: true });
   const progress = new Progress(from, undefined, progressTo);
   try {
     const exists = (await stat(target).catch(() => undefined)) !== undefined;
     const body = Readable.fromWeb(response.body as never).pipe(progress.counter());
-    return (await extractArchive(hashedHere(body), resolve(target), exists ? 'merge' : 'create', { keepSetId: false })).files;
+    return (await extractArchive(hashedHere(body), resolve(target), exists ? 'merge' : 'create', { keepSetId: false, verifyChecksums: true })).files;
+  } catch (error) {
+    if (error instanceof ChecksumMismatch) throw new Error(`${from}: ${error.message}; nothing was written: copy again; if it repeats, report it`);
+    throw error;
   } finally {
     progress.end();
   }

@@ -45,8 +45,8 @@ export class Files {
     return this.http.json('GET', '/files/info', { query: { path, ...query }, signal: options.signal });
   }
 
-  /** GET /files/archive: the response, whose body streams a tar (or tar.gz) of the directory. */
-  downloadArchive(path: string, query: { format?: 'tar' | 'tar.gz' } = {}, options: CallOptions = {}): Promise<Response> {
+  /** GET /files/archive: the response, whose body streams a tar (or tar.gz) of the directory (`sha256: true`: with each file's sha256 in it, tar/checksums.ts). */
+  downloadArchive(path: string, query: { format?: 'tar' | 'tar.gz'; sha256?: boolean } = {}, options: CallOptions = {}): Promise<Response> {
     return this.http.send('GET', '/files/archive', { query: { path, ...query }, signal: options.signal });
   }
 

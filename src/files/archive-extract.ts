@@ -11,6 +11,7 @@ import { checkMerge, moveInto } from './archive-merge.js';
 import { readAhead } from './read-ahead.js';
 import type { Owner } from './paths.js';
 import { TarFormatError } from './tar/format.js';
+import { verifyingChecksums } from './tar/checksums.js';
 import { readTar } from './tar/read.js';
 
 export type ExtractMode = 'create' | 'merge' | 'replace';
@@ -31,6 +32,8 @@ export interface ExtractOptions {
   owner?: Owner | undefined;
   /** Keep setuid and setgid bits: only where root extracts for root (never for `envd cp`, whose archive comes from a sandbox). */
   keepSetId?: boolean;
+  /** Check each file against the sha256 the archive carries (GET /files/archive?sha256=true; tar/checksums.ts): a difference throws ChecksumMismatch and nothing is written. */
+  verifyChecksums?: boolean;
 }
 
 /** Targets being extracted into now: a second archive for the same one is a 409, not a race of renames. */
@@ -60,7 +63,7 @@ export async function extractArchive(body: ArchiveBody, dir: string, mode: Extra
   }
 }
 
-async function extractAlone(body: ArchiveBody, dir: string, mode: ExtractMode, { owner, keepSetId = false }: ExtractOptions): Promise<Extracted> {
+async function extractAlone(body: ArchiveBody, dir: string, mode: ExtractMode, { owner, keepSetId = false, verifyChecksums = false }: ExtractOptions): Promise<Extracted> {
   // The target's parent, walked without following what another user can change, made as needed (the owner's).
   const { parent, created } = await openTargetParent(dir, owner);
   const tempName = `.envd-archive-${randomBytes(6).toString('hex')}`;
@@ -82,7 +85,7 @@ async function extractAlone(body: ArchiveBody, dir: string, mode: ExtractMode, {
     const ownedAlready = owner !== undefined && made.uid === owner.uid && made.gid === owner.gid && (made.mode & 0o2000) === 0;
     writer = new EntryWriter(root, { owner: ownedAlready ? undefined : owner, keepSetId });
     const { chunks, gzipped } = await openBody(body);
-    await readTar(gzipped ? gunzip(chunks) : chunks, writer);
+    await readTar(gzipped ? gunzip(chunks) : chunks, verifyChecksums ? verifyingChecksums(writer) : writer);
     writer.finish();
     const merging = existing !== undefined && mode === 'merge';
     const target = parent.at(parent.name);

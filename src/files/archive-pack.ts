@@ -31,15 +31,16 @@ const GZIP_OUTPUT_BYTES = 16 * 1024;
  * memory stays flat whatever the tree's size. Checked before the first byte goes out: a missing path is a
  * 404, a file is a 400. A failure later (a file that cannot be read) ends
  * the response without its end-of-archive blocks, which every tar reader reports.
+ * `checksums`: each file's sha256 in the stream (tar/checksums.ts), for `envd cp`.
  */
-export async function packDirectory(dir: string, format: ArchiveFormat, owner?: Owner): Promise<Readable> {
+export async function packDirectory(dir: string, format: ArchiveFormat, owner?: Owner, checksums = false): Promise<Readable> {
   // Reached as the walk will reach it (user-path.ts): 404 when missing, 400 for a file or a link another user can change.
   const { dir: opened } = await openDirectory(dir, { owner });
   await opened.close();
-  if (format === 'tar') return new TarBody(dir, owner);
+  if (format === 'tar') return new TarBody(dir, owner, undefined, undefined, checksums);
   // gzip takes a piece slower than a socket would and holds it until done: smaller pieces keep what a
   // stalled client pins (the piece, zlib's state) under 1 MiB (issue 36, item 9) at no cost in speed.
-  const tar = new TarBody(dir, owner, GZIP_PIECE_BYTES, GZIP_SLICE_BYTES);
+  const tar = new TarBody(dir, owner, GZIP_PIECE_BYTES, GZIP_SLICE_BYTES, checksums);
   // zlib passes its options on to its Transform: highWaterMark is a stream option its types leave out.
   const gzip = createGzip({ level: 6, memLevel: GZIP_MEM_LEVEL, chunkSize: GZIP_OUTPUT_BYTES, highWaterMark: GZIP_OUTPUT_BYTES } as ZlibOptions);
   tar.on('error', (error) => gzip.destroy(error));

@@ -192,7 +192,7 @@ export const fileRoutes: FastifyPluginAsyncTypebox<FileRoutesOptions> = async (a
     async (request, reply) => {
       const format = (request.query.format ?? 'tar') as 'tar' | 'tar.gz';
       const path = checkPath(request.query.path, 'path');
-      const body = await packDirectory(path, format, await resolveOwner(state, undefined));
+      const body = await packDirectory(path, format, await resolveOwner(state, undefined), request.query.sha256 ?? false);
       const name = basename(path) || 'root';
       return reply
         .type(format === 'tar' ? 'application/x-tar' : 'application/gzip')

@@ -64,6 +64,12 @@ export const InfoQuery = Type.Object({
 export const ArchiveQuery = Type.Object({
   path: PathField,
   format: Type.Optional(Type.Unsafe<'tar' | 'tar.gz'>(Type.String({ enum: ['tar', 'tar.gz'], default: 'tar', description: 'tar (default) or tar.gz' }))),
+  sha256: Type.Optional(
+    Type.Boolean({
+      default: false,
+      description: "true: each file's sha256 in the stream, as pax global headers whose `comment` is `envd-sha256 HEX…` (the files since the previous one, in order; one before the end of the archive). Other tar readers ignore them; `envd cp` checks them",
+    }),
+  ),
 });
 export const ExtractQuery = Type.Object({
   path: PathField,

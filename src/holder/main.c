@@ -2,7 +2,9 @@
  * main.c — the envd-holder binary and its jobs: a command's holder (holder.h),
  * the spawner that forks holders for envd (spawner.h), the receiver of a
  * large upload's body (receive.h), the relay that hashes a large archive
- * upload on its way to envd (relay.h), setting the clock (system.h), and the snapshot and fork jobs (machine.h). One
+ * upload on its way to envd (relay.h), the probe of a mount that may hang
+ * (probe.h), setting the clock (system.h), and the snapshot and fork jobs
+ * (machine.h). One
  * static binary, so a guest carries one file and every job starts without a
  * dynamic loader.
  */
@@ -10,6 +12,7 @@
 
 #include "holder.h"
 #include "machine.h"
+#include "probe.h"
 #include "receive.h"
 #include "relay.h"
 #include "spawner.h"
@@ -18,6 +21,7 @@
 int main(int argc, char **argv) {
   if (argc > 1 && strcmp(argv[1], "--receive") == 0) return receive_main(argc, argv);
   if (argc > 1 && strcmp(argv[1], "--relay") == 0) return relay_main(argc, argv);
+  if (argc > 1 && strcmp(argv[1], "--probe") == 0) return probe_main(argc, argv);
   if (argc > 1 && strcmp(argv[1], "--spawner") == 0) return spawner_main(argc, argv, holder_main);
   if (argc > 1 && strcmp(argv[1], "--set-clock") == 0) return set_clock_main(argc, argv);
   if (argc > 1 && strcmp(argv[1], "--sync") == 0) return sync_main(argc, argv);

@@ -92,7 +92,7 @@ export const STATUS_TEXT: Record<number, string> = {
   413: 'Too large: the body, the file, the listing or the path is past its limit',
   416: 'Range not satisfiable: past the end (Content-Range says the size)',
   500: 'Internal error; the message carries the request id and hides internals',
-  503: 'Temporarily unavailable: envd is shutting down, or out of file descriptors, processes or slots; retry shortly',
+  503: 'Temporarily unavailable: envd is shutting down, out of file descriptors, processes or slots, or (file routes) a network or FUSE mount on the path has not answered for 5 s; retry shortly',
   507: 'No space left on the device or quota',
 };
 

@@ -68,7 +68,7 @@ const calls: Record<string, (c: EnvdClient) => Promise<unknown>> = {
   'DELETE /files': (c) => c.files.remove(`${dir}/missing`),
   'GET /files/exists': (c) => c.files.exists(`${dir}/missing`),
   'GET /files/info': (c) => c.files.info(`${dir}/missing`, { checksum: 'sha256' }),
-  'GET /files/archive': (c) => c.files.downloadArchive(`${dir}/missing`, { format: 'tar.gz' }),
+  'GET /files/archive': (c) => c.files.downloadArchive(`${dir}/missing`, { format: 'tar.gz', sha256: true }),
   'PUT /files/archive': (c) => c.files.uploadArchive(`${dir}/archive`, new Uint8Array(1024), { mode: 'create', username: 'root' }),
   'GET /files/list': (c) => c.files.list(`${dir}/missing`, { depth: 1 }),
   'POST /files/rename': (c) => c.files.rename(`${dir}/missing`, `${dir}/y`),

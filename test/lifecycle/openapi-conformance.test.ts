@@ -6,6 +6,7 @@ import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { canMountFuse, mountHungFuse } from '../helpers/hung-fuse.js';
 import { startEnvdProcess, waitFor, type EnvdProcess } from '../helpers/proc.js';
 import { parseSse } from '../../src/client/sse.js';
 
@@ -46,6 +47,12 @@ const TOKEN = 'conformance-token';
 let envd: EnvdProcess;
 let document: JsonObject;
 let dir: string;
+/** A FUSE mount that never answers (where this machine lets a test mount one): the file routes' 503. Outside `dir`, whose trees the other cases list and watch. */
+let hungDir: string | undefined;
+let hung: string | undefined;
+let releaseHung = () => {};
+/** A case on the hung mount, where there is one. */
+const onHungMount = (request: Request): Case[] => (hung ? [{ name: 'on a mount that does not answer', status: 503, ...request }] : []);
 /** A small tar made by tar(1). */
 let tar: Uint8Array<ArrayBuffer>;
 const ajv = new Ajv({ strict: false, allErrors: true });
@@ -81,9 +88,19 @@ beforeAll(async () => {
   pids.finished = (await json('POST', '/commands', { cmd: 'echo out; echo err >&2', background: true })).pid;
   // Generous: on a loaded 2-core CI machine a login shell's start alone can take seconds.
   await waitFor(async () => !(await json('GET', '/commands')).processes.find((p: { pid: number }) => p.pid === pids.finished).running, 90_000, 'the background command to end');
+  if (canMountFuse) {
+    hungDir = mkdtempSync(join(tmpdir(), 'envd-conformance-hung-'));
+    hung = join(hungDir, 'hung');
+    mkdirSync(hung);
+    releaseHung = mountHungFuse(hung);
+    // envd reads the mount table at most every MOUNT_TABLE_TTL_MS (250 ms).
+    await new Promise((resolve) => setTimeout(resolve, 400));
+  }
 }, 120_000);
 
 afterAll(async () => {
+  releaseHung();
+  if (hungDir) rmSync(hungDir, { recursive: true, force: true });
   await envd?.stop();
   if (dir) rmSync(dir, { recursive: true, force: true });
 });
@@ -263,6 +280,7 @@ const CASES: Record<string, () => Case[]> = {
     { name: 'bytes', status: 200, query: { path: join(dir, 'up.bin') }, body: new Uint8Array([0, 1, 2, 255]), headers: { 'content-type': 'application/octet-stream' } },
     { name: 'a JSON body', status: 400, query: { path: join(dir, 'up.bin') }, json: { data: 'x' } },
     { name: 'under a file', status: 400, query: { path: join(dir, 'file.txt', 'x') }, body: 'x', headers: { 'content-type': 'application/octet-stream' } },
+    ...onHungMount({ query: { path: `${hung}/up.bin` }, body: 'x', headers: { 'content-type': 'application/octet-stream' } }),
   ],
   downloadFile: () => [
     { name: 'a file', status: 200, query: { path: join(dir, 'file.txt') } },
@@ -297,10 +315,13 @@ const CASES: Record<string, () => Case[]> = {
     { name: 'with its sha256', status: 200, query: { path: join(dir, 'file.txt'), checksum: 'sha256' } },
     { name: 'a checksum of a directory', status: 400, query: { path: join(dir, 'tree'), checksum: 'sha256' } },
     { name: 'a missing path', status: 404, query: { path: join(dir, 'missing') } },
+    ...onHungMount({ query: { path: `${hung}/a` } }),
   ],
   downloadArchive: () => [
     { name: 'a tree as tar.gz', status: 200, query: { path: join(dir, 'tree'), format: 'tar.gz' } },
+    { name: "a tree with each file's sha256", status: 200, query: { path: join(dir, 'tree'), sha256: 'true' } },
     { name: 'a missing tree', status: 404, query: { path: join(dir, 'missing') } },
+    ...onHungMount({ query: { path: hung } }),
   ],
   extractArchive: () => [
     { name: 'a tar', status: 200, query: { path: join(dir, 'extracted') }, body: tar, headers: { 'content-type': 'application/x-tar' } },
@@ -320,6 +341,7 @@ const CASES: Record<string, () => Case[]> = {
     { name: 'with parents', status: 200, json: { path: join(dir, 'made', 'deep') } },
     { name: 'one that exists', status: 200, json: { path: join(dir, 'tree') } },
     { name: 'over a file', status: 409, json: { path: join(dir, 'file.txt') } },
+    ...onHungMount({ json: { path: `${hung}/made` } }),
   ],
   watchDirectory: () => [
     {

@@ -4,6 +4,7 @@ import { Readable, type Writable } from 'node:stream';
 import { Gzip } from 'node:zlib';
 import { BufferRing } from '../buffer-ring.js';
 import type { Owner } from '../paths.js';
+import { FileChecksums } from './checksums.js';
 import { BLOCK } from './format.js';
 import { CHUNK_BYTES, tarPieces } from './write.js';
 
@@ -38,17 +39,19 @@ export class TarBody extends Readable {
    * handed on in slices of this size (views, not copies), for gzip, which
    * compresses a whole write before it looks at backpressure: a stalled
    * client then pins a slice's output, not a piece's (issue 36, item 9).
+   * `checksums`: each file's sha256 in the stream (tar/checksums.ts).
    */
   constructor(
     root: string,
     owner?: Owner,
     chunkBytes = CHUNK_BYTES,
     private readonly sliceBytes = Infinity,
+    checksums = false,
   ) {
     // No read-ahead: a stalled client pins the one piece it has not taken (issue 36, item 9).
     super({ highWaterMark: 0 });
     this.ring = new BufferRing(chunkBytes + BLOCK);
-    this.pieces = tarPieces(root, (size) => this.ring.take(size, this.dest ? this.readableLength + this.dest.writableLength : Infinity), owner, chunkBytes);
+    this.pieces = tarPieces(root, (size) => this.ring.take(size, this.dest ? this.readableLength + this.dest.writableLength : Infinity), owner, chunkBytes, checksums ? new FileChecksums() : undefined);
   }
 
   override pipe<T extends NodeJS.WritableStream>(destination: T, options?: { end?: boolean }): T {

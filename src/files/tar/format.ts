@@ -69,6 +69,13 @@ export function encodeHeader(entry: Omit<TarHeader, 'flag'>): Buffer {
   return Buffer.concat([paxHeader, records, Buffer.alloc(padding(records.length)), main]);
 }
 
+/** A pax global header ('g') holding one `comment` record, which every reader ignores but envd's (tar/checksums.ts). */
+export function encodeGlobalComment(comment: string): Buffer {
+  const records = Buffer.from(paxRecord('comment', comment));
+  const header = ustarBlock({ name: 'pax_global_header', prefix: '', flag: 'g', mode: 0o644, uid: 0, gid: 0, size: records.length, mtime: 0, linkname: '' });
+  return Buffer.concat([header, records, Buffer.alloc(padding(records.length))]);
+}
+
 const FLAG_OF: Record<EntryType, string> = { file: '0', directory: '5', symlink: '2', link: '1', other: '0' };
 
 /** ustar's split of a long name at a slash into prefix (155 bytes) and name (100); undefined when none fits. */

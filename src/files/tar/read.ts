@@ -7,6 +7,10 @@ export interface TarVisitor {
   /** The next piece of the entry's data (a view into the input: copy what must outlive the call). */
   data(piece: Buffer): void | Promise<void>;
   end(): void | Promise<void>;
+  /** A pax global header's records ('g'); without this method they are read past, never held. */
+  global?(records: Map<string, string>): void;
+  /** The end-of-archive block was read. */
+  finish?(): void;
 }
 
 /**
@@ -38,8 +42,9 @@ export async function readTar(input: AsyncIterable<Buffer>, visitor: TarVisitor)
     if (isZeroBlock(block)) break;
     const raw = decodeHeader(block);
     if (raw.flag === 'x' || raw.flag === 'g' || raw.flag === 'L' || raw.flag === 'K') {
-      // A global pax header ('g', git archive's commit id) sets nothing envd keeps: read past it.
-      if (raw.flag === 'g') {
+      // A global pax header ('g', git archive's commit id) sets nothing envd keeps: read past it,
+      // unless the visitor reads them (envd's own per-file checksums, checksums.ts).
+      if (raw.flag === 'g' && !visitor.global) {
         await reader.skip(raw.size + padding(raw.size));
         continue;
       }
@@ -47,7 +52,10 @@ export async function readTar(input: AsyncIterable<Buffer>, visitor: TarVisitor)
       if (held > MAX_EXTENDED_BYTES) throw new TarFormatError(`extended headers of ${held} bytes before one entry (at most ${MAX_EXTENDED_BYTES})`);
       const bytes = await reader.exactly(raw.size, 'an extended header');
       await reader.skip(padding(raw.size));
-      if (raw.flag === 'x') {
+      if (raw.flag === 'g') {
+        visitor.global!(parsePax(bytes));
+        held -= raw.size;
+      } else if (raw.flag === 'x') {
         pax ??= new Map();
         for (const [key, value] of parsePax(bytes)) pax.set(key, value);
       }
@@ -73,6 +81,7 @@ export async function readTar(input: AsyncIterable<Buffer>, visitor: TarVisitor)
     if (ended) await ended;
     if (!reader.skipNow(padding(dataBytes))) await reader.skip(padding(dataBytes));
   }
+  visitor.finish?.();
   await reader.drain();
 }
 

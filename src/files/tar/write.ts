@@ -4,6 +4,7 @@ import { promisify } from 'node:util';
 import { DOWNLOAD_CHUNK_BYTES } from '../chunk-size.js';
 import type { Owner } from '../paths.js';
 import { openDirectory, openSubdirectory, UserDir } from '../user-path.js';
+import type { FileChecksums } from './checksums.js';
 import { BLOCK, encodeHeader, padding } from './format.js';
 
 /**
@@ -64,7 +65,7 @@ const closeFd = promisify(closeCallback);
  * dozen at once, and small files read straight into the piece being filled,
  * side by side; the piece goes out once every read into it is done.
  */
-export async function* tarPieces(root: string, allocate: Allocate = allocateFresh, owner?: Owner, chunkBytes = CHUNK_BYTES): AsyncGenerator<Buffer> {
+export async function* tarPieces(root: string, allocate: Allocate = allocateFresh, owner?: Owner, chunkBytes = CHUNK_BYTES, checksums?: FileChecksums): AsyncGenerator<Buffer> {
   if (chunkBytes < MIN_CHUNK_BYTES || chunkBytes > CHUNK_BYTES) throw new RangeError(`chunkBytes: ${chunkBytes} is outside ${MIN_CHUNK_BYTES}..${CHUNK_BYTES}`);
   const piece = new PieceBuilder(allocate, chunkBytes);
   const { dir } = await openDirectory(root, { owner });
@@ -76,7 +77,14 @@ export async function* tarPieces(root: string, allocate: Allocate = allocateFres
     await dir.close();
   }
   try {
-    yield* addDirectory(piece, top, '', allocate);
+    yield* addDirectory(piece, top, '', allocate, checksums);
+    if (checksums) {
+      // The last files' digests, then the tree's own directory ("./", as `tar -C dir -c .` writes it first):
+      // a pax header must be followed by an entry (Python's tarfile refuses the archive otherwise).
+      await piece.settle();
+      yield* piece.add(checksums.manifest(true)!, 0);
+      yield* piece.add(header('.', await top.stats(), 'directory', 0), 0);
+    }
   } finally {
     await top.close();
     await piece.settle();
@@ -92,7 +100,7 @@ type Looked =
   | { kind: 'file'; name: string; stats: Stats; fd: number };
 
 /** The entries of the directory `dir`, in name order, each directory's entries after its own header. */
-async function* addDirectory(piece: PieceBuilder, dir: UserDir, relative: string, allocate: Allocate): AsyncGenerator<Buffer> {
+async function* addDirectory(piece: PieceBuilder, dir: UserDir, relative: string, allocate: Allocate, checksums: FileChecksums | undefined): AsyncGenerator<Buffer> {
   const entries = (await readdir(dir.self, { withFileTypes: true })).filter((e) => e.isDirectory() || e.isFile() || e.isSymbolicLink());
   entries.sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
   for (let at = 0; at < entries.length; at += ENTRIES_AT_ONCE) {
@@ -107,13 +115,18 @@ async function* addDirectory(piece: PieceBuilder, dir: UserDir, relative: string
           yield* piece.add(header(path, entry.stats, 'symlink', 0, entry.target), 0);
         } else if (entry.kind === 'file') {
           looked[next] = undefined; // addFile owns its descriptor now
-          yield* addFile(piece, path, entry.stats, entry.fd, allocate);
+          yield* addFile(piece, path, entry.stats, entry.fd, allocate, checksums);
+          if (checksums?.due()) {
+            // The digests of small files still being read into the piece are needed first.
+            await piece.settle();
+            yield* piece.add(checksums.manifest()!, 0);
+          }
         } else {
           const inner = await openSubdirectory(dir, entry.name);
           if (!inner) continue; // gone, or swapped for something else
           try {
             yield* piece.add(header(path, await inner.stats(), 'directory', 0), 0);
-            yield* addDirectory(piece, inner, path, allocate);
+            yield* addDirectory(piece, inner, path, allocate, checksums);
           } finally {
             await inner.close();
           }
@@ -156,8 +169,8 @@ function header(name: string, info: Stats, type: 'file' | 'directory' | 'symlink
   return encodeHeader({ name, type, mode: info.mode, uid: info.uid, gid: info.gid, size, mtime: info.mtimeMs / 1000, linkname });
 }
 
-/** A regular file (open as `fd`, owned: closed here) as its header and data. */
-async function* addFile(piece: PieceBuilder, relative: string, info: Stats, fd: number, allocate: Allocate): AsyncGenerator<Buffer> {
+/** A regular file (open as `fd`, owned: closed here) as its header and data; its data's sha256 goes to `checksums`. */
+async function* addFile(piece: PieceBuilder, relative: string, info: Stats, fd: number, allocate: Allocate, checksums: FileChecksums | undefined): AsyncGenerator<Buffer> {
   const size = info.size;
   if (size <= Math.min(SMALL_FILE_BYTES, piece.chunkBytes - HEADER_ROOM_BYTES)) {
     try {
@@ -166,7 +179,7 @@ async function* addFile(piece: PieceBuilder, relative: string, info: Stats, fd: 
       await closeFd(fd).catch(() => {});
       throw error;
     }
-    piece.readFrom(fd, size);
+    piece.readFrom(fd, size, checksums?.reserve());
     return;
   }
   // Large files are read in pieces of their own.
@@ -184,8 +197,11 @@ async function* addFile(piece: PieceBuilder, relative: string, info: Stats, fd: 
       }
       out.fill(0, got);
       sent += want;
+      // Hashed before it is handed out: once taken, the buffer may be recycled.
+      checksums?.update(out.subarray(0, want));
       yield out;
     }
+    checksums?.endFile();
   } finally {
     await closeFd(fd);
   }
@@ -219,8 +235,10 @@ class PieceBuilder {
    * A small file's first `size` bytes, zeros for what is missing, and the
    * padding to a block, read into its place in the piece in the thread pool
    * (alongside the other files of the piece); `fd` is closed once read.
+   * `hashed` gets the data's bytes (the zeros standing in for a shrunk file's
+   * missing ones included) once they are in place.
    */
-  readFrom(fd: number, size: number): void {
+  readFrom(fd: number, size: number, hashed?: (data: Buffer) => void): void {
     const buffer = this.buffer!;
     const start = this.used;
     const end = start + size + padding(size);
@@ -238,6 +256,7 @@ class PieceBuilder {
           await closeFd(fd);
         }
         buffer.fill(0, start + got, end);
+        hashed?.(buffer.subarray(start, start + size));
       })(),
     );
   }
