@@ -177,7 +177,8 @@ export class Session implements OutputSubscriber {
    */
   abandon(): void {
     const running = this.running;
-    if (!running) return;
+    // No tree once handed over to the next envd (a restart): requests cut by this envd's exit take nothing along.
+    if (!running || this.proc.tree() === undefined) return;
     running.sink = { output: () => true };
     this.drained();
     if (running.timers.length === 0) this.interrupt(running);
