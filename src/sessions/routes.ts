@@ -1,9 +1,9 @@
 import { Type } from '@sinclair/typebox';
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
-import { ErrorSchema, HttpError } from '../errors.js';
+import { badRequest, ErrorSchema, HttpError } from '../errors.js';
 import { RESERVE_BYTES } from '../memory-budget.js';
 import type { SessionRegistry } from './registry.js';
-import { CreateSessionBody, type CreateSessionBody as CreateSessionRequest, SessionCommandBody, SessionCommandResult, SessionCreated, SessionEnded, SessionList, SessionParams, SessionStreamBody } from './schemas.js';
+import { ListSessionsQuery, CreateSessionBody, type CreateSessionBody as CreateSessionRequest, SessionCommandBody, SessionCommandResult, SessionCreated, SessionEnded, SessionList, SessionParams, SessionStreamBody } from './schemas.js';
 import type { Session } from './session.js';
 import { EventSink, ResultSink } from './sinks.js';
 
@@ -30,7 +30,7 @@ export const sessionRoutes: FastifyPluginAsyncTypebox<SessionRoutesOptions> = as
     },
   );
 
-  app.get('', { schema: { summary: 'List the live sessions', response: { 200: SessionList, ...errors } } }, async () => ({
+  app.get('', { schema: { summary: 'List the live sessions', querystring: ListSessionsQuery, response: { 200: SessionList, ...errors } } }, async () => ({
     sessions: sessions.list().map((session) => ({
       id: session.id,
       pid: session.pid,
@@ -55,6 +55,7 @@ export const sessionRoutes: FastifyPluginAsyncTypebox<SessionRoutesOptions> = as
     },
     async (request, reply) => {
       const session = sessions.get(request.params.id);
+      rejectNul(request.body.cmd);
       const sink = new ResultSink();
       const exit = await runOwned(session, reply.raw, () => session.run(request.body.cmd, { timeoutMs: timeoutMs(request.body.timeout), stdin: request.body.stdin }, sink));
       sessions.touched(session);
@@ -70,7 +71,8 @@ export const sessionRoutes: FastifyPluginAsyncTypebox<SessionRoutesOptions> = as
     },
     async (request, reply) => {
       const session = sessions.get(request.params.id);
-      // Refused (409, 410) as JSON before the stream starts.
+      // Refused (400, 409, 410) as JSON before the stream starts.
+      rejectNul(request.body.cmd);
       session.checkUsable();
       const sink = await EventSink.open(request, reply, session, request.body.encoding === 'base64');
       try {
@@ -93,6 +95,11 @@ export const sessionRoutes: FastifyPluginAsyncTypebox<SessionRoutesOptions> = as
     },
   );
 };
+
+/** The shell reads a command as one line of text: a NUL byte cannot reach it intact. */
+function rejectNul(cmd: string): void {
+  if (cmd.includes('\0')) throw badRequest('body/cmd must not contain a NUL byte');
+}
 
 /** A session command belongs to its request: a client gone before the end interrupts it (the session lives on). */
 async function runOwned<T>(session: Session, res: NodeJS.EventEmitter & { writableFinished: boolean }, run: () => Promise<T>): Promise<T> {

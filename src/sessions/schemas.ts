@@ -1,6 +1,7 @@
 import { Type, type Static } from '@sinclair/typebox';
 import { Limits } from '../cgroups/limits.js';
-import { CommandResult, ExitInfo, MAX_STDIN_BYTES, MAX_TIMEOUT_SECONDS, OutputEncoding } from '../commands/schemas.js';
+import { ErrorSchema } from '../errors.js';
+import { CommandResult, ExitInfo, OutputEvent, StartEvent, MAX_STDIN_BYTES, MAX_TIMEOUT_SECONDS, OutputEncoding } from '../commands/schemas.js';
 
 export const CreateSessionBody = Type.Object(
   {
@@ -57,3 +58,7 @@ export const SessionInfo = Type.Object(
 );
 export const SessionList = Type.Object({ sessions: Type.Array(SessionInfo) }, { title: 'SessionList' });
 export const SessionEnded = Type.Object({ ended: Type.Literal(true) }, { title: 'SessionEnded' });
+export const ListSessionsQuery = Type.Object({}, { additionalProperties: false });
+
+/** The events of a session command's stream: /commands/stream's, with the session's exit. */
+export const SessionEvents = { start: StartEvent, stdout: OutputEvent, stderr: OutputEvent, exit: SessionExitEvent, error: ErrorSchema };
