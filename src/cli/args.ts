@@ -23,6 +23,7 @@ export const HELP: Record<string, string> = {
   cp: 'envd cp SRC DST                        copy a file or directory; a remote path is written :/path',
   watch: 'envd watch [-r] PATH                   print changes under a remote directory until interrupted',
   grep: 'envd grep [-F] [-i|-s] [-g GLOB]... [-C N] [-m N] [--hidden] [--no-ignore] [--user U] PATTERN [PATH]   search file contents (ripgrep rules); prints path:line:text, exit 1 if nothing matched',
+  session: 'envd session new|run|ls|rm ...          shells whose state carries from one command to the next (envd session --help)',
   find: 'envd find [-t file|dir|any] [-n MAX] [--hidden] [--no-ignore] [--user U] GLOB [PATH]   list paths matching a glob (ripgrep rules), one per line',
 };
 

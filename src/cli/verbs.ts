@@ -5,6 +5,7 @@ import { SIGNALS } from '../commands/schemas.js';
 import { type Common, help, HELP, parse, pidOf, quote, UsageError, type Verb } from './args.js';
 import { cp } from './cp.js';
 import { searchVerbs } from './search-verbs.js';
+import { sessionVerbs } from './session-verbs.js';
 import { bytesWanted, follow, type Followed } from './output.js';
 
 export { UsageError };
@@ -202,4 +203,4 @@ const watch: Verb = async (argv, common) => {
   return 0;
 };
 
-export const verbs: Record<string, Verb> = { exec, ps, attach, logs, kill, cat, ls, cp, watch, ...searchVerbs };
+export const verbs: Record<string, Verb> = { exec, ps, attach, logs, kill, cat, ls, cp, watch, ...searchVerbs, ...sessionVerbs };

@@ -3,20 +3,24 @@ import { Files } from './files.js';
 import { Http, type ClientOptions } from './http.js';
 import { Lifecycle } from './lifecycle.js';
 import { SearchFiles } from './search.js';
+import { Sessions } from './sessions.js';
 
 export { EnvdError, type CallOptions, type ClientOptions } from './http.js';
 export type { CommandEvent, CommandResult, ExitInfo, ProcessInfo, SignalName, StartBody, StreamBody, StreamOptions } from './commands.js';
 export type { FileEntry, WatchEvent } from './files.js';
+export type { Session, SessionEvent, SessionInfo, SessionResult } from './sessions.js';
 export { parseSse, type SseEvent } from './sse.js';
 export type { EditRequest, FindRequest, FoundEntry, SearchMatch, SearchRequest, SearchSummary } from './search.js';
 
-/** A typed client of one envd: `client.commands`, `client.files`, `client.lifecycle`. */
+/** A typed client of one envd: `client.commands`, `client.sessions`, `client.files`, `client.lifecycle`. */
 export class EnvdClient {
   readonly commands: Commands;
   readonly files: Files;
   readonly lifecycle: Lifecycle;
   /** Content search, find, line ranges, exact edits. */
   readonly search: SearchFiles;
+  /** Shells whose state carries from one command to the next. */
+  readonly sessions: Sessions;
   /** The base URL (no trailing slash) and token this client was made with. */
   readonly baseUrl: string;
   readonly token: string | undefined;
@@ -29,5 +33,6 @@ export class EnvdClient {
     this.files = new Files(http);
     this.lifecycle = new Lifecycle(http);
     this.search = new SearchFiles(http);
+    this.sessions = new Sessions(http);
   }
 }
