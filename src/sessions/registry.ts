@@ -1,17 +1,16 @@
 import { randomUUID } from 'node:crypto';
 import { chmod, mkdir, readdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { basename, join } from 'node:path';
-import { HttpError, notFound } from '../errors.js';
+import { accessSync, constants } from 'node:fs';
+import { badRequest, HttpError, notFound } from '../errors.js';
 import type { Logger } from '../logger.js';
 import type { ProcessRegistry } from '../commands/registry.js';
 import { prepareCommand, SHELLS, type CommandRequest } from '../commands/spawn.js';
-import { badRequest } from '../errors.js';
 import type { SandboxState } from '../sandbox-state.js';
 import { resolveUser } from '../users.js';
 import { DRIVER } from './driver.js';
 import { Session } from './session.js';
 import { hangUp, killHungUp } from './shell-group.js';
-import { accessSync, constants } from 'node:fs';
 
 /** Ended sessions remembered (oldest forgotten first), so that a late call gets 410 rather than 404. */
 export const ENDED_SESSIONS_KEPT = 1000;

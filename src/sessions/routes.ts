@@ -59,7 +59,7 @@ export const sessionRoutes: FastifyPluginAsyncTypebox<SessionRoutesOptions> = as
       const sink = new ResultSink();
       const exit = await runOwned(session, reply.raw, () => session.run(request.body.cmd, { timeoutMs: timeoutMs(request.body.timeout), stdin: request.body.stdin }, sink));
       sessions.touched(session);
-      return sink.result(exit) as never;
+      return sink.result(exit);
     },
   );
 

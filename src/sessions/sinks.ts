@@ -3,6 +3,8 @@ import type { FastifyReply, FastifyRequest } from 'fastify';
 import { StringDecoder } from 'node:string_decoder';
 import type { StreamName } from '../holder/protocol.js';
 import { KEEP_ALIVE_MS } from '../commands/sse.js';
+import type { Static } from '@sinclair/typebox';
+import type { SessionCommandResult } from './schemas.js';
 import type { CommandSink, Session, SessionExit } from './session.js';
 
 /**
@@ -30,7 +32,7 @@ export class ResultSink implements CommandSink {
     return true;
   }
 
-  result(exit: SessionExit): Record<string, unknown> {
+  result(exit: SessionExit): Static<typeof SessionCommandResult> {
     const text = (stream: StreamName) => new StringDecoder('utf8').end(Buffer.concat(this.chunks[stream]));
     return {
       stdout: text('stdout'),
