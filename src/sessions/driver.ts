@@ -30,16 +30,17 @@ export const DRIVER = [
   // command runs without; a command's `exec >file` or `exec </dev/null` cannot cut the frames or the loop.
   'exec 7<&0 8>&1 9>&2',
   "__envd_nl='\n'",
+  // `command printf`: a function a user names printf cannot take the markers over.
   // The user's `set -x` stays on for their commands, never for the driver's own lines.
   "__envd_x() { trap 'return 130' INT; case $__envd_o in *x*) set -x;; esac; command eval \"$1\"; }",
   '__envd_run() {',
   '  __envd_n=$1',
-  "  printf '\\036envd:%s:b\\036' \"$1\" >&8; printf '\\036envd:%s:b\\036' \"$1\" >&9",
+  "  command printf '\\036envd:%s:b\\036' \"$1\" >&8; command printf '\\036envd:%s:b\\036' \"$1\" >&9",
   '  if [ -n "$3" ]; then __envd_x "$2" <"$3" 7<&- 8>&- 9>&-; else __envd_x "$2" </dev/null 7<&- 8>&- 9>&-; fi',
   '  __envd_s=$?',
   '  { __envd_o=$-; set +x; } 2>/dev/null',
   '  trap : INT',
-  "  printf '\\036envd:%s:e\\036' \"$1\" >&9; printf '\\036envd:%s:e:%s\\036' \"$1\" \"$__envd_s\" >&8",
+  "  command printf '\\036envd:%s:e\\036' \"$1\" >&9; command printf '\\036envd:%s:e:%s\\036' \"$1\" \"$__envd_s\" >&8",
   '  __envd_n=',
   '}',
   // `exit N` (or `set -e` and a failure) inside a command: its frame still closes, with ":x:" and the status.
@@ -47,8 +48,8 @@ export const DRIVER = [
   '  __envd_s=$?',
   '  if [ -n "$__envd_n" ]; then',
   // Inside the command (bash runs the trap there) 8 and 9 are closed: the command's own stdout and stderr then.
-  "    { printf '\\036envd:%s:e\\036' \"$__envd_n\" >&9; } 2>/dev/null || printf '\\036envd:%s:e\\036' \"$__envd_n\" >&2",
-  "    { printf '\\036envd:%s:x:%s\\036' \"$__envd_n\" \"$__envd_s\" >&8; } 2>/dev/null || printf '\\036envd:%s:x:%s\\036' \"$__envd_n\" \"$__envd_s\"",
+  "    { command printf '\\036envd:%s:e\\036' \"$__envd_n\" >&9; } 2>/dev/null || command printf '\\036envd:%s:e\\036' \"$__envd_n\" >&2",
+  "    { command printf '\\036envd:%s:x:%s\\036' \"$__envd_n\" \"$__envd_s\" >&8; } 2>/dev/null || command printf '\\036envd:%s:x:%s\\036' \"$__envd_n\" \"$__envd_s\"",
   '  fi',
   '}',
   '__envd_n= __envd_o=',

@@ -85,7 +85,11 @@ export class SessionRegistry {
     const record: SessionRecord = { v: RECORD_VERSION, id, pid: proc.pid, command_id: proc.id, user: prepared.user.name, shell: session.shell, started_at: proc.startedAt.toISOString() };
     try {
       await writeFile(join(this.dir, `${id}.json`), JSON.stringify(record), { mode: 0o600 });
-      await session.follow();
+      // Answered once the shell's profile has run and it reads commands: the first command does not pay for
+      // the login, `cwd` is where the profile left it, and ending a session never cuts its profile short
+      // (a pyenv init killed halfway leaves a lock that holds every later login shell of that user 60 s).
+      const ready = await session.run(':', { timeoutMs: 0 }, { output: () => true });
+      if (ready.session_ended) throw new HttpError(409, `the session's shell ended while its login profile ran (exit code ${ready.exit_code}): see the user's profile`);
     } catch (error) {
       await this.processes.forget(proc.pid, proc);
       await rm(join(this.dir, `${id}.json`), { force: true });

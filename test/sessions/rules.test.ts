@@ -47,6 +47,14 @@ describe.each(SHELLS)('a session in %s', (shell) => {
     await end(id);
   });
 
+  it('keeps its frames whatever a command does to its own descriptors or to printf', async () => {
+    const id = await newSession(shell);
+    expect((await run(id, 'printf() { echo hijacked; }; exec 2>/dev/null; echo gone-to-null >&2; (exit 9)')).body).toMatchObject({ stdout: '', stderr: '', exit_code: 9 });
+    expect((await run(id, 'echo out; echo err >&2; unset -f printf')).body).toMatchObject({ stdout: 'out\n', stderr: '', exit_code: 0 });
+    expect((await run(id, 'exec >/dev/null; echo hidden; (exit 4)')).body).toMatchObject({ stdout: '', exit_code: 4 });
+    await end(id);
+  });
+
   it('gives commands an empty stdin unless stdin is given, then exactly those bytes', async () => {
     const id = await newSession(shell);
     expect((await run(id, 'cat; read x; echo "read=$?"')).body).toMatchObject({ stdout: 'read=1\n', exit_code: 0 });
