@@ -133,10 +133,10 @@ export class SessionRegistry {
   async end(session: Session): Promise<void> {
     const pid = session.pid;
     if (session.proc.running) {
-      hangUp(pid);
+      hangUp(pid, shellReaped(session));
       const deadline = Date.now() + HANGUP_GRACE_MS;
       while (session.proc.running && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 20));
-      killHungUp(pid);
+      killHungUp(pid, shellReaped(session));
       await Promise.race([session.proc.finished, new Promise((resolve) => setTimeout(resolve, END_WAIT_MS).unref())]);
       // Still not recorded: the holder itself is stuck; forgetting kills it and the whole tree.
       if (session.proc.running) session.proc.kill();
@@ -156,9 +156,12 @@ export class SessionRegistry {
     this.ended.add(session.id);
     if (this.ended.size > ENDED_SESSIONS_KEPT) this.ended.delete(this.ended.values().next().value!);
     this.sessions.delete(session.id);
-    // The shell is gone: its `&` jobs go with the session (a hangup), nohup and setsid ones stay.
-    hangUp(session.pid);
-    setTimeout(() => killHungUp(session.pid), HANGUP_GRACE_MS).unref();
+    // The shell is gone: its `&` jobs go with the session (a hangup), nohup and setsid ones stay. Not on a
+    // restart's handover (no tree): the next envd's session keeps them.
+    if (session.proc.tree() !== undefined) {
+      hangUp(session.pid, true);
+      setTimeout(() => killHungUp(session.pid, true), HANGUP_GRACE_MS).unref();
+    }
     this.processes.collect(session.proc);
     await rm(join(this.dir, `${session.id}.json`), { force: true }).catch((error: unknown) => this.logger.warn({ err: error, session: session.id }, 'could not remove the record of a session'));
   }
@@ -187,6 +190,11 @@ export class SessionRegistry {
       this.logger.info({ session: record.id, pid: proc.pid }, 're-adopted a session');
     }
   }
+}
+
+/** Whether the shell's pid may belong to someone else by now (its holder reaped it); a handed-over one counts as reaped. */
+function shellReaped(session: Session): boolean {
+  return session.proc.tree()?.leaderReaped ?? true;
 }
 
 function isExecutable(path: string): boolean {

@@ -1,4 +1,4 @@
-import { readdirSync, readFileSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { constants } from 'node:os';
 import { signalProcess } from '../commands/kill-tree.js';
 
@@ -23,7 +23,14 @@ const SIGHUP_BIT = bit(constants.signals.SIGHUP);
 /** USER_HZ: what /proc/<pid>/stat counts a start time in (100 on every Linux envd runs on). */
 const CLOCK_TICKS = 100;
 
-function members(shellPid: number): Member[] {
+/**
+ * Once the shell is reaped its number may be reused, and the holder makes every command's shell a session
+ * leader: a stranger could then have our group and session ids. The kernel never hands out a number that a
+ * live group or session still carries, so while a process holds the number itself, nothing of ours can
+ * carry it (kill-tree.ts reasons the same way).
+ */
+function members(shellPid: number, shellReaped: boolean): Member[] {
+  if (shellReaped && existsSync(`/proc/${shellPid}`)) return [];
   const found: Member[] = [];
   const uptimeMs = Number(readFileSync('/proc/uptime', 'latin1').split(' ')[0]) * 1000;
   for (const name of readdirSync('/proc')) {
@@ -44,7 +51,7 @@ function members(shellPid: number): Member[] {
 
 /** SIGINT to the shell's group: its foreground command ends, the shell's trap returns 130, `&` jobs (SIGINT ignored) live on. */
 export function interruptForeground(shellPid: number): void {
-  for (const member of members(shellPid)) signalProcess(member.pid, 'SIGINT');
+  for (const member of members(shellPid, false)) signalProcess(member.pid, 'SIGINT');
 }
 
 /**
@@ -52,19 +59,19 @@ export function interruptForeground(shellPid: number): void {
  * that does not ignore SIGINT. The `&` jobs of earlier commands (started before, SIGINT ignored) live on.
  */
 export function killForeground(shellPid: number, commandAgeMs: number): number {
-  const targets = members(shellPid).filter((member) => member.pid !== shellPid && (member.ageMs <= commandAgeMs + 20 || (member.ignored & SIGINT_BIT) === 0n));
+  const targets = members(shellPid, false).filter((member) => member.pid !== shellPid && (member.ageMs <= commandAgeMs + 20 || (member.ignored & SIGINT_BIT) === 0n));
   for (const member of targets) signalProcess(member.pid, 'SIGKILL');
   return targets.length;
 }
 
 /** The session's hangup, as a terminal's: SIGHUP to the shell and its jobs; `nohup` ones ignore it. */
-export function hangUp(shellPid: number): void {
-  for (const member of members(shellPid)) signalProcess(member.pid, 'SIGHUP');
+export function hangUp(shellPid: number, shellReaped: boolean): void {
+  for (const member of members(shellPid, shellReaped)) signalProcess(member.pid, 'SIGHUP');
 }
 
 /** After the hangup: SIGKILL to every member that does not ignore SIGHUP (not `nohup`), the shell included; how many. */
-export function killHungUp(shellPid: number): number {
-  const targets = members(shellPid).filter((member) => (member.ignored & SIGHUP_BIT) === 0n);
+export function killHungUp(shellPid: number, shellReaped: boolean): number {
+  const targets = members(shellPid, shellReaped).filter((member) => (member.ignored & SIGHUP_BIT) === 0n);
   for (const member of targets) signalProcess(member.pid, 'SIGKILL');
   return targets.length;
 }
