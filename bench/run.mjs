@@ -21,6 +21,7 @@ import { run as readopt } from './readopt.mjs';
 import { run as recovery } from './recovery.mjs';
 import { run as resume } from './resume.mjs';
 import { run as search } from './search.mjs';
+import { run as session } from './session.mjs';
 import { run as startup } from './startup.mjs';
 import { run as streamThroughput } from './stream-throughput.mjs';
 import { run as upload } from './upload.mjs';
@@ -35,6 +36,7 @@ const sharedEnvd = [
   ['HTTP floor', httpFloor],
   ['exec latency', execLatency],
   ['exec throughput', execThroughput],
+  ['session commands', session],
   ['stream throughput', streamThroughput],
   ['resumed stream', resume],
   ['upload', upload],

@@ -1,3 +1,5 @@
+import { SessionRegistry } from './sessions/registry.js';
+import { sessionRoutes } from './sessions/routes.js';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import Fastify, { LogController, type FastifyError, type FastifyInstance, type FastifyReply, type FastifyRequest, type FastifyServerOptions } from 'fastify';
 import { bearerToken } from './auth.js';
@@ -151,6 +153,8 @@ export async function buildApp({ config, logger, state = new SandboxState(config
   await app.register(lifecycleRoutes, { config, state, processes, setClock, openApi, memoryBudget, snapshot, identity: access.identity, forwarder: ports.forwarder });
   await app.register(snapshotRoutes, { prefix: '/snapshot', snapshot });
   await app.register(commandRoutes, { prefix: '/commands', config, state, processes });
+  const sessions = await SessionRegistry.open({ processes, state, stateDir: config.stateDir, idleTimeoutMs: config.sessionIdleTimeoutMs, logger: logger.child({ feature: 'sessions' }) });
+  await app.register(sessionRoutes, { prefix: '/sessions', sessions });
   await app.register(fileRoutes, { prefix: '/files', config, state, receiver: processes.holderPath });
   await app.register(portRoutes, { prefix: '/ports', table: ports.table });
 

@@ -66,6 +66,8 @@ export interface Config {
   readonly keepFinishedMs: number;
   /** How long a collected command stays readable after its collection; 0 forgets it at once. */
   readonly keepCollectedMs: number;
+  /** Sessions idle this long are ended; 0: never (docs/api.md, Sessions). */
+  readonly sessionIdleTimeoutMs: number;
   /** Memory kept from all commands together for envd (cgroup mode): they get at most MemTotal less this. */
   readonly reserveMemoryBytes: number;
   /** Per-command cgroups where the host allows them (auto), or never (off: proc mode, e.g. a template that manages cgroups itself). */
@@ -113,6 +115,7 @@ Options (each also read from the environment variable shown):
   --keep-finished <seconds>   ENVD_KEEP_FINISHED      how long a finished command nobody has collected (waited for)
                                                       stays readable (default ${DEFAULT_KEEP_FINISHED_SECONDS}; 0: until collected)
   --keep-collected <seconds>  ENVD_KEEP_COLLECTED     how long a collected command stays readable after its result
+  --session-idle-timeout <s>  ENVD_SESSION_IDLE_TIMEOUT  end sessions idle this long (default 0: never)
                                                       was handed out (default ${DEFAULT_KEEP_COLLECTED_SECONDS}: forgotten at once)
   --reserve-memory <bytes>    ENVD_RESERVE_MEMORY     memory all commands together leave to envd (cgroup mode: they get at most
                                                       MemTotal less this; default ${DEFAULT_RESERVE_MEMORY_BYTES})
@@ -144,6 +147,7 @@ const OPTIONS = {
   'direct-output': { type: 'string', env: 'ENVD_DIRECT_OUTPUT' },
   'keep-finished': { type: 'string', env: 'ENVD_KEEP_FINISHED' },
   'keep-collected': { type: 'string', env: 'ENVD_KEEP_COLLECTED' },
+  'session-idle-timeout': { type: 'string', env: 'ENVD_SESSION_IDLE_TIMEOUT' },
   'entrypoint-file': { type: 'string', env: 'ENVD_ENTRYPOINT_FILE' },
   'reserve-memory': { type: 'string', env: 'ENVD_RESERVE_MEMORY' },
   'command-cgroups': { type: 'string', env: 'ENVD_COMMAND_CGROUPS' },
@@ -213,6 +217,8 @@ export function parseCli(argv: string[], env: NodeJS.ProcessEnv): CliAction {
 
   const keepCollected = parseInteger(read('keep-collected') ?? String(DEFAULT_KEEP_COLLECTED_SECONDS), 0, MAX_KEEP_FINISHED_SECONDS);
   if (keepCollected === undefined) problems.push(`${describe('keep-collected')} must be a number of seconds from 0 to ${MAX_KEEP_FINISHED_SECONDS}, got ${JSON.stringify(read('keep-collected'))}`);
+  const sessionIdle = parseInteger(read('session-idle-timeout') ?? '0', 0, MAX_KEEP_FINISHED_SECONDS);
+  if (sessionIdle === undefined) problems.push(`${describe('session-idle-timeout')} must be a number of seconds from 0 to ${MAX_KEEP_FINISHED_SECONDS}, got ${JSON.stringify(read('session-idle-timeout'))}`);
 
   const commandCgroups = read('command-cgroups') ?? 'auto';
   if (commandCgroups !== 'auto' && commandCgroups !== 'off') problems.push(`${describe('command-cgroups')} must be auto or off, got ${JSON.stringify(commandCgroups)}`);
@@ -270,6 +276,7 @@ export function parseCli(argv: string[], env: NodeJS.ProcessEnv): CliAction {
       directOutput: directOutput === 'on',
       keepFinishedMs: keepFinished! * 1000,
       keepCollectedMs: keepCollected! * 1000,
+      sessionIdleTimeoutMs: sessionIdle! * 1000,
       entrypointFile,
       reserveMemoryBytes: reserveMemory!,
       commandCgroups: commandCgroups as 'auto' | 'off',

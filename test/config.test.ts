@@ -30,7 +30,7 @@ describe('parseCli', () => {
     expect(run([])).toEqual({
       host: '0.0.0.0', port: 49983, accessToken: undefined, accessTokenFile: undefined, defaultUser: undefined,
       defaultWorkdir: undefined, maxOutputBytes: DEFAULT_MAX_OUTPUT_BYTES, logLevel: 'info', directOutput: true,
-      outputMemoryBytes: 33554432, clientMemoryBytes: 52 * 1024 * 1024, maxSpoolBytes: 1073741824, keepFinishedMs: 600_000, keepCollectedMs: 0, ...defaultDirs(process.getuid!(), {}),
+      outputMemoryBytes: 33554432, clientMemoryBytes: 52 * 1024 * 1024, maxSpoolBytes: 1073741824, keepFinishedMs: 600_000, keepCollectedMs: 0, sessionIdleTimeoutMs: 0, ...defaultDirs(process.getuid!(), {}),
       entrypointFile: undefined, reserveMemoryBytes: 128 * 1024 * 1024, commandCgroups: 'auto',
       forwardLoopback: true, forwardAddresses: undefined,
     });
@@ -69,6 +69,14 @@ describe('parseCli', () => {
     expect(run([], { ENVD_KEEP_FINISHED: '30' }).keepFinishedMs).toBe(30_000);
     for (const bad of ['604801', '1.5', '10m', ' 5']) {
       expect(() => run(['--keep-finished', bad])).toThrow(/--keep-finished \(ENVD_KEEP_FINISHED\) must be a number of seconds from 0 to 604800/);
+    }
+  });
+
+  it('takes --session-idle-timeout in seconds, 0 (the default: never) to a week, and refuses anything else naming it', () => {
+    expect(run(['--session-idle-timeout', '604800']).sessionIdleTimeoutMs).toBe(604_800_000);
+    expect(run([], { ENVD_SESSION_IDLE_TIMEOUT: '90' }).sessionIdleTimeoutMs).toBe(90_000);
+    for (const bad of ['-1', '604801', '1.5', 'soon']) {
+      expect(() => run([`--session-idle-timeout=${bad}`])).toThrow(/--session-idle-timeout \(ENVD_SESSION_IDLE_TIMEOUT\) must be a number of seconds from 0 to 604800/);
     }
   });
 

@@ -24,6 +24,7 @@ export const HELP: Record<string, string> = {
   watch: 'envd watch [-r] PATH                   print changes under a remote directory until interrupted',
   grep: 'envd grep [-F] [-i|-s] [-g GLOB]... [-C N] [-m N] [--hidden] [--no-ignore] [--user U] PATTERN [PATH]   search file contents (ripgrep rules); prints path:line:text, exit 1 if nothing matched',
   snapshot: 'envd snapshot prepare [--freeze commands|all|none] [--fsfreeze] [--drop-caches] [--max-wait MS] [--thaw-after MS] | envd snapshot thaw   quiesce the sandbox before a snapshot; thaw it after one that failed',
+  session: 'envd session new|run|ls|rm ...          shells whose state carries from one command to the next (envd session --help)',
   find: 'envd find [-t file|dir|any] [-n MAX] [--hidden] [--no-ignore] [--user U] GLOB [PATH]   list paths matching a glob (ripgrep rules), one per line',
   ports: 'envd ports [-w]                        list the listening TCP and bound UDP ports and who holds them (-w: then follow opens (+) and closes (-))',
 };

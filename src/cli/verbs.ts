@@ -7,6 +7,7 @@ import { cp } from './cp.js';
 import { portVerbs } from './ports-verbs.js';
 import { searchVerbs } from './search-verbs.js';
 import { snapshotVerbs } from './snapshot-verbs.js';
+import { sessionVerbs } from './session-verbs.js';
 import { bytesWanted, follow, type Followed } from './output.js';
 
 export { UsageError };
@@ -204,4 +205,4 @@ const watch: Verb = async (argv, common) => {
   return 0;
 };
 
-export const verbs: Record<string, Verb> = { exec, ps, attach, logs, kill, cat, ls, cp, watch, ...searchVerbs, ...snapshotVerbs, ...portVerbs };
+export const verbs: Record<string, Verb> = { exec, ps, attach, logs, kill, cat, ls, cp, watch, ...searchVerbs, ...snapshotVerbs, ...portVerbs, ...sessionVerbs };

@@ -5,16 +5,18 @@ import { Lifecycle } from './lifecycle.js';
 import { Ports } from './ports.js';
 import { SearchFiles } from './search.js';
 import { Snapshot } from './snapshot.js';
+import { Sessions } from './sessions.js';
 
 export { EnvdError, type CallOptions, type ClientOptions } from './http.js';
 export type { CommandEvent, CommandResult, ExitInfo, ProcessInfo, SignalName, StartBody, StreamBody, StreamOptions } from './commands.js';
 export type { FileEntry, WatchEvent } from './files.js';
 export type { PortEvent, PortInfo } from './ports.js';
+export type { Session, SessionEvent, SessionInfo, SessionResult } from './sessions.js';
 export { parseSse, type SseEvent } from './sse.js';
 export type { PrepareRequest, PrepareResult, ThawResult } from './snapshot.js';
 export type { EditRequest, FindRequest, FoundEntry, SearchMatch, SearchRequest, SearchSummary } from './search.js';
 
-/** A typed client of one envd: `client.commands`, `client.files`, `client.lifecycle`, `client.ports`. */
+/** A typed client of one envd: `client.commands`, `client.sessions`, `client.files`, `client.lifecycle`, `client.ports`, `client.snapshot`. */
 export class EnvdClient {
   readonly commands: Commands;
   readonly files: Files;
@@ -25,6 +27,8 @@ export class EnvdClient {
   readonly snapshot: Snapshot;
   /** Listening ports and their changes. */
   readonly ports: Ports;
+  /** Shells whose state carries from one command to the next. */
+  readonly sessions: Sessions;
   /** The base URL (no trailing slash) and token this client was made with. */
   readonly baseUrl: string;
   readonly token: string | undefined;
@@ -39,5 +43,6 @@ export class EnvdClient {
     this.search = new SearchFiles(http);
     this.snapshot = new Snapshot(http);
     this.ports = new Ports(http);
+    this.sessions = new Sessions(http);
   }
 }

@@ -2,6 +2,7 @@ import type { TSchema } from '@sinclair/typebox';
 import { CommandEvents } from '../commands/schemas.js';
 import { WatchEvents } from '../files/schemas.js';
 import { PortEvents } from '../ports/schemas.js';
+import { SessionEvents } from '../sessions/schemas.js';
 
 /**
  * What the OpenAPI document says about each route beyond its schema, in one
@@ -46,6 +47,15 @@ const COMMAND_STREAM: EventStream = {
     'The last event is `exit`, or `error` `{message}` when envd cannot go on (the command may still run: attach again or wait); then the response ends.',
 };
 
+const SESSION_STREAM: EventStream = {
+  data: SessionEvents,
+  success: "The command runs in the session's shell: start, its output, then exit",
+  framing:
+    'As /commands/stream, without ids (a session command cannot be resumed: POSTing again runs it again) and without `truncated`. ' +
+    "With `encoding: base64` output events' `data` is base64 of the raw bytes, else UTF-8 text. The last event is `exit` " +
+    '(`session_ended: true` when the command ended the shell), or `error` `{message}` when envd lost the shell\'s holder; then the response ends.',
+};
+
 const WATCH_STREAM: EventStream = {
   data: WatchEvents,
   success: 'The watch is armed: ready, then its changes',
@@ -62,11 +72,12 @@ const PORTS_STREAM: EventStream = {
     'within ~100 ms of it. Events carry no `id:` and no `retry:` is sent: a new watch\'s `ready` says what is open.',
 };
 
-export type Tag = 'lifecycle' | 'commands' | 'files' | 'ports';
+export type Tag = 'lifecycle' | 'commands' | 'sessions' | 'files' | 'ports';
 
 export const TAGS: { name: Tag; description: string }[] = [
   { name: 'lifecycle', description: 'Health, /init (token, envs, defaults, clock, a fork\'s identity), snapshot prepare and thaw, metrics and this document' },
   { name: 'commands', description: 'Run commands; stream, attach, resume and read their output; stdin, signals, terminals' },
+  { name: 'sessions', description: 'Shells whose state (cwd, variables, functions, options) carries from one command to the next' },
   { name: 'files', description: 'Read, write, upload, download, archive, list, move, remove and watch files' },
   { name: 'ports', description: 'Listening ports of the guest, who holds them, and their changes as they happen' },
 ];
@@ -88,7 +99,8 @@ export const STATUS_TEXT: Record<number, string> = {
   403: 'Permission denied (EACCES, EPERM, a read-only file system, or a user envd cannot act as)',
   404: 'Not found: no such path, or a pid envd does not track',
   408: 'Timed out: the command still runs (wait), or the request body stalled',
-  409: 'Conflict with the current state: exists, not empty, no stdin or terminal, no cgroups',
+  409: 'Conflict with the current state: exists, not empty, no stdin or terminal, no cgroups, a session command running',
+  410: 'Gone: the session has ended (its shell exited, or it was ended)',
   413: 'Too large: the body, the file, the listing or the path is past its limit',
   416: 'Range not satisfiable: past the end (Content-Range says the size)',
   500: 'Internal error; the message carries the request id and hides internals',
@@ -155,6 +167,12 @@ export const OPERATIONS: Record<string, OperationDoc> = {
   'POST /commands/{pid}/signal': { operationId: 'signalCommand', tag: 'commands', errors: [404, 413] },
   'DELETE /commands/{pid}': { operationId: 'killCommand', tag: 'commands' },
   'POST /commands/{pid}/resize': { operationId: 'resizeCommand', tag: 'commands', errors: [404, 409, 413] },
+
+  'POST /sessions': { operationId: 'createSession', tag: 'sessions', errors: COMMAND_START },
+  'GET /sessions': { operationId: 'listSessions', tag: 'sessions' },
+  'POST /sessions/{id}/commands': { operationId: 'runSessionCommand', tag: 'sessions', errors: [404, 409, 410, 413] },
+  'POST /sessions/{id}/commands/stream': { operationId: 'streamSessionCommand', tag: 'sessions', errors: [404, 409, 410, 413], responseHeaders: RETRY, events: SESSION_STREAM },
+  'DELETE /sessions/{id}': { operationId: 'endSession', tag: 'sessions', errors: [404, 410] },
 
   'PUT /files/raw': { operationId: 'uploadFile', tag: 'files', errors: UPLOAD, headers: [{ name: 'Content-Length', description: 'Past the upload limit: 413 before any byte is written' }], responseHeaders: RETRY },
   'GET /files/raw': { operationId: 'downloadFile', tag: 'files', errors: [...FS_READ, 416], headers: [RANGE], responseHeaders: { 200: PARTIAL('file'), 206: PARTIAL('file'), 416: UNSATISFIABLE, ...RETRY } },

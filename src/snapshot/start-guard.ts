@@ -2,8 +2,11 @@ import type { FastifyRequest } from 'fastify';
 import { conflict } from '../errors.js';
 import type { SnapshotControl } from './snapshot-control.js';
 
-/** The routes that start a command: its cgroup would be born inside the frozen parent. */
-const STARTS = new Set(['POST /commands', 'POST /commands/stream']);
+/**
+ * The routes that start a command (its cgroup would be born inside the frozen parent), or run one in a
+ * session's frozen shell (it would wait, silent, until its timeout).
+ */
+const STARTS = new Set(['POST /commands', 'POST /commands/stream', 'POST /sessions', 'POST /sessions/:id/commands', 'POST /sessions/:id/commands/stream']);
 
 /**
  * A preHandler for the whole app: while prepare holds the commands frozen, a

@@ -54,6 +54,13 @@ const calls: Record<string, (c: EnvdClient) => Promise<unknown>> = {
   'POST /commands/{pid}/signal': (c) => c.commands.signal(1, 'SIGTERM'),
   'DELETE /commands/{pid}': (c) => c.commands.kill(1),
   'POST /commands/{pid}/resize': (c) => c.commands.resize(1, { cols: 80, rows: 24 }),
+  'POST /sessions': (c) => c.sessions.create({ user: 'root', cwd: '/', envs: {}, shell: 'sh', limits: {} }),
+  'GET /sessions': (c) => c.sessions.list(),
+  'POST /sessions/{id}/commands': (c) => c.sessions.get('00000000-0000-4000-8000-000000000000').run('true', { timeout: 5, stdin: '' }),
+  'POST /sessions/{id}/commands/stream': async (c) => {
+    for await (const _ of c.sessions.get('00000000-0000-4000-8000-000000000000').stream('true', { timeout: 5, stdin: '', encoding: 'base64' }));
+  },
+  'DELETE /sessions/{id}': (c) => c.sessions.get('00000000-0000-4000-8000-000000000000').end(),
   'PUT /files/raw': (c) => c.files.upload(`${dir}/x`, 'x', { username: 'root' }),
   'GET /files/raw': (c) => c.files.download(`${dir}/missing`),
   'POST /files/batch': (c) => c.files.writeBatch({ files: [{ path: `${dir}/x`, data: '', encoding: 'utf8' }], username: 'root' }),

@@ -44,6 +44,7 @@ export function testConfig(overrides: Partial<Config> = {}): Config {
     directOutput: true,
     keepFinishedMs: DEFAULT_KEEP_FINISHED_SECONDS * 1000,
     keepCollectedMs: 0,
+    sessionIdleTimeoutMs: 0,
     entrypointFile: undefined,
     reserveMemoryBytes: 128 * 1024 * 1024,
     commandCgroups: 'auto',

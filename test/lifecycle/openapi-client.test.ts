@@ -86,6 +86,13 @@ export async function everyRoute(baseUrl: string, token: string, dir: string): P
   note('POST /commands/{pid}/signal', await client.POST('/commands/{pid}/signal', { params: { path: { pid: ptyPid } }, body: { signal: 'SIGCONT' } }));
   const killed: boolean | undefined = note('DELETE /commands/{pid}', await client.DELETE('/commands/{pid}', { params: { path: { pid: ptyPid } } })).data?.killed;
 
+  const session = note('POST /sessions', await client.POST('/sessions', { body: { shell: 'sh' } })).data;
+  const id = session?.id ?? '';
+  const sessionRun = note('POST /sessions/{id}/commands', await client.POST('/sessions/{id}/commands', { params: { path: { id } }, body: { cmd: 'cd /; X=kept' } })).data;
+  const sessionStreamed = await text(note('POST /sessions/{id}/commands/stream', await client.POST('/sessions/{id}/commands/stream', { params: { path: { id } }, body: { cmd: 'echo "$X"' }, parseAs: 'stream' })).response.body, true);
+  const sessions: number | undefined = note('GET /sessions', await client.GET('/sessions')).data?.sessions.length;
+  const sessionEnded: boolean | undefined = note('DELETE /sessions/{id}', await client.DELETE('/sessions/{id}', { params: { path: { id } } })).data?.ended;
+
   const bytes = new Blob([new Uint8Array([1, 2, 3])]);
   const uploaded: string | undefined = note('PUT /files/raw', await client.PUT('/files/raw', { params: { query: { path: dir + '/a' } }, body: bytes, ...raw })).data?.sha256;
   const downloaded = note('GET /files/raw', await client.GET('/files/raw', { params: { query: { path: dir + '/a' }, header: { Range: 'bytes=0-1' } }, parseAs: 'blob' }));
@@ -113,7 +120,7 @@ export async function everyRoute(baseUrl: string, token: string, dir: string): P
   const change: WatchChangeEvent = { type: 'create', path: dir };
   return {
     statuses,
-    values: { version, envs, cpus, doc, tookMs, thawedBy, result, failure, streamed, listed, stats, waited, attached, kept, outputBytes, killed, uploaded, range, read, lines, searched, found, edited, exists, info, extracted, entries, moved, made, watched, ports, portsWatched, removed, exit, change },
+    values: { version, envs, cpus, doc, tookMs, thawedBy, sessionRun, sessionStreamed, sessions, sessionEnded, result, failure, streamed, listed, stats, waited, attached, kept, outputBytes, killed, uploaded, range, read, lines, searched, found, edited, exists, info, extracted, entries, moved, made, watched, ports, portsWatched, removed, exit, change },
   };
 }
 `;
@@ -200,7 +207,11 @@ describe('a client generated from the OpenAPI document', () => {
         extracted: 1,
         made: true,
         removed: true,
+        sessionRun: { stdout: '', exit_code: 0 },
+        sessions: 1,
+        sessionEnded: true,
       });
+      expect(values.sessionStreamed).toContain('data: {"stream":"stdout","data":"kept\\n"}');
       expect(values.streamed).toMatch(/event: stdout\n(id: .*\n)?data: \{"stream":"stdout","data":"streamed\\n"\}/);
       expect(values.attached).toContain('event: exit');
       expect(values.watched).toContain('event:ready');

@@ -28,6 +28,8 @@ interface Operation {
 }
 interface Request {
   pid?: number;
+  /** A session id for {id}; the shared live session unless given. */
+  id?: string;
   query?: Record<string, string | undefined>;
   headers?: Record<string, string>;
   json?: unknown;
@@ -64,6 +66,8 @@ const seen = new Map<string, Set<'positive' | 'negative'>>();
 
 /** Pids the cases share: a sleeper with stdin, one without, a pty, a finished background command. */
 const pids = { sleeper: 0, closed: 0, pty: 0, finished: 0, untracked: 9_999_999 };
+/** Sessions the cases share: a live one, one to end, one ended, and an id never given out. */
+const sessions = { live: '', toEnd: '', ended: '', unknown: '00000000-0000-4000-8000-000000000000' };
 
 async function json(method: string, path: string, body?: unknown): Promise<any> {
   const response = await fetch(envd.url + path, { method, headers: { authorization: `Bearer ${TOKEN}`, 'content-type': 'application/json' }, body: JSON.stringify(body) });
@@ -86,6 +90,12 @@ beforeAll(async () => {
   pids.closed = (await json('POST', '/commands', { cmd: 'sleep 600', background: true })).pid;
   pids.pty = (await json('POST', '/commands', { cmd: 'sleep 600', pty: { cols: 80, rows: 24 }, background: true })).pid;
   pids.finished = (await json('POST', '/commands', { cmd: 'echo out; echo err >&2', background: true })).pid;
+  for (const name of ['live', 'toEnd', 'ended'] as const) {
+    const response = await fetch(`${envd.url}/sessions`, { method: 'POST', headers: { authorization: `Bearer ${TOKEN}`, 'content-type': 'application/json' }, body: '{}' });
+    expect(response.status).toBe(201);
+    sessions[name] = ((await response.json()) as { id: string }).id;
+  }
+  await json('POST', `/sessions/${sessions.ended}/commands`, { cmd: 'exit 0' });
   // Generous: on a loaded 2-core CI machine a login shell's start alone can take seconds.
   await waitFor(async () => !(await json('GET', '/commands')).processes.find((p: { pid: number }) => p.pid === pids.finished).running, 90_000, 'the background command to end');
   if (canMountFuse) {
@@ -127,7 +137,7 @@ function valid(schema: unknown, value: unknown, what: string): void {
 
 /** Sends one request and checks the answer against the operation's declared statuses and schemas. */
 async function exchange(op: Operation, request: Request): Promise<{ status: number; body: unknown }> {
-  const url = new URL(envd.url + op.template.replace('{pid}', String(request.pid ?? pids.untracked)));
+  const url = new URL(envd.url + op.template.replace('{pid}', String(request.pid ?? pids.untracked)).replace('{id}', request.id ?? sessions.live));
   for (const [name, value] of Object.entries(request.query ?? {})) if (value !== undefined) url.searchParams.set(name, value);
   const headers: Record<string, string> = { ...request.headers };
   if (request.token !== null) headers.authorization = `Bearer ${request.token ?? TOKEN}`;
@@ -274,6 +284,34 @@ const CASES: Record<string, () => Case[]> = {
     { name: 'a running command', status: 200, pid: pids.pty },
     { name: 'an untracked pid', status: 200 },
     { name: 'a pid that is no number', status: 400, pid: 'x' as unknown as number },
+  ],
+
+  createSession: () => [
+    { name: 'a shell', status: 201, json: { shell: 'sh', envs: { A: '1' } } },
+    { name: 'an unknown shell', status: 400, json: { shell: 'zsh' } },
+    { name: 'limits without cgroups', status: 409, json: { limits: { pids: 10 } } },
+  ],
+  listSessions: () => [
+    { name: 'the live sessions', status: 200 },
+    { name: 'an unknown parameter', status: 400, query: { all: '1' } },
+  ],
+  runSessionCommand: () => [
+    { name: 'a command', status: 200, json: { cmd: 'echo hi; echo err >&2' } },
+    { name: 'with stdin and a timeout', status: 200, json: { cmd: 'cat', stdin: 'x', timeout: 10 } },
+    { name: 'an empty cmd', status: 400, json: { cmd: '' } },
+    { name: 'an unknown session', status: 404, id: sessions.unknown, json: { cmd: 'true' } },
+    { name: 'an ended session', status: 410, id: sessions.ended, json: { cmd: 'true' } },
+  ],
+  streamSessionCommand: () => [
+    { name: 'output of both streams', status: 200, json: { cmd: 'echo out; echo err >&2' } },
+    { name: 'output as base64', status: 200, json: { cmd: 'printf "\\377"', encoding: 'base64' } },
+    { name: 'an unknown encoding', status: 400, json: { cmd: 'true', encoding: 'latin1' } },
+    { name: 'an ended session', status: 410, id: sessions.ended, json: { cmd: 'true' } },
+  ],
+  endSession: () => [
+    { name: 'a live session', status: 200, id: sessions.toEnd },
+    { name: 'an ended session', status: 410, id: sessions.ended },
+    { name: 'an unknown session', status: 404, id: sessions.unknown },
   ],
 
   uploadFile: () => [

@@ -77,12 +77,13 @@ describe('POST /snapshot/prepare on cgroup v2', () => {
     expect(await server.json('POST', '/snapshot/thaw')).toEqual({ status: 200, body: { thawed: 0, fs_thawed: [], by: 'request' } });
   });
 
-  it('refuses to start a command while the commands are frozen (it would be born frozen), 409 saying what thaws them', async () => {
+  it('refuses to start a command or a session, or run a session command, while the commands are frozen, 409 saying what thaws them', async () => {
     const { mode } = fakeCgroupV2('starts');
     server = await startServer({}, { cgroups: mode, machine: machine(recorder().job) });
     await server.json('POST', '/snapshot/prepare', {});
-    for (const path of ['/commands', '/commands/stream']) {
-      const { status, body } = await server.json('POST', path, { cmd: 'true' });
+    // A session's routes too: its shell is frozen, a command sent to it would wait silent until its timeout.
+    for (const path of ['/commands', '/commands/stream', '/sessions', '/sessions/00000000-0000-4000-8000-000000000000/commands', '/sessions/00000000-0000-4000-8000-000000000000/commands/stream']) {
+      const { status, body } = await server.json('POST', path, path === '/sessions' ? {} : { cmd: 'true' });
       expect(status, path).toBe(409);
       expect(body.message).toMatch(/frozen for a snapshot.*\/init or POST \/snapshot\/thaw/);
     }
