@@ -178,7 +178,8 @@ function checkRequestRead(): string | undefined {
  */
 async function checkSockets(): Promise<Partial<Record<'socket-fd' | 'onread-buffer', string>>> {
   const server = createServer();
-  const path = `\0envd-node-internals-${process.pid}`;
+  // Abstract names are per network namespace, which envds in pid namespaces of their own may share: a random part.
+  const path = `\0envd-node-internals-${process.pid}-${Math.random().toString(36).slice(2)}`;
   await new Promise<void>((resolve, reject) => server.once('error', reject).listen(path, resolve));
   const chunks = ['one', 'two', 'three'];
   const order: string[] = [];
