@@ -27,6 +27,7 @@ import { refuseStartsWhileFrozen } from './snapshot/start-guard.js';
 import { buildLazySerializers } from './serialization.js';
 import { runningUserName } from './users.js';
 import { formatValidationError, validatorCompiler } from './validation.js';
+import { checkNodeInternals } from './node-internals.js';
 
 /** JSON request bodies above this are refused with 413 before they are parsed. */
 export const JSON_BODY_LIMIT = 10 * 1024 * 1024;
@@ -65,6 +66,8 @@ const REQUEST_ID = /^[\w.:-]{1,64}$/;
 type ValidatorFactory = NonNullable<NonNullable<NonNullable<FastifyServerOptions['schemaController']>['compilersFactory']>['buildValidator']>;
 
 export async function buildApp({ config, logger, state = new SandboxState(config, runningUserName()), setClock, openApi, cgroups, memoryBudget = new MemoryBudget(splitOf(config.clientMemoryBytes)), machine }: AppDeps): Promise<App> {
+  // Which of Node's internals behave as envd assumes (node-internals.ts): checked while the rest starts up.
+  const internals = checkNodeInternals({ logger });
   const app = Fastify({
     loggerInstance: logger,
     // One line per request, written by the onResponse hook below, instead of fastify's two.
@@ -157,6 +160,7 @@ export async function buildApp({ config, logger, state = new SandboxState(config
   await app.register(sessionRoutes, { prefix: '/sessions', sessions });
   await app.register(fileRoutes, { prefix: '/files', config, state, receiver: processes.holderPath });
   await app.register(portRoutes, { prefix: '/ports', table: ports.table });
+  await internals;
 
   return Object.assign(app, { envd: { state, processes, memoryBudget, ports } }) as unknown as App;
 }

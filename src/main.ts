@@ -48,10 +48,11 @@ async function main(): Promise<void> {
   delete process.env.ENVD_ACCESS_TOKEN;
 
   // Loaded here, not at the top: the client verbs must not pay for fastify and pino.
-  const [{ buildApp }, { prebuiltOpenApi }, { createLogger }, { startMemoryReclaim }, { mallocTrimmer }, { paceCollectorForTransfers }, { startEntrypoint }, { warnIfStateDirNotTmpfs }] = await Promise.all([
+  const [{ buildApp }, { prebuiltOpenApi }, { createLogger }, { checkNodeInternals }, { startMemoryReclaim }, { mallocTrimmer }, { paceCollectorForTransfers }, { startEntrypoint }, { warnIfStateDirNotTmpfs }] = await Promise.all([
     import('./app.js'),
     import('./lifecycle/openapi-source.js'),
     import('./logger.js'),
+    import('./node-internals.js'),
     import('./memory-reclaim.js'),
     import('./native/malloc-trim.js'),
     import('./gc-pacing.js'),
@@ -59,6 +60,8 @@ async function main(): Promise<void> {
     import('./lifecycle/state-dir-check.js'),
   ]);
   const logger = createLogger(config.logLevel);
+  // ENVD_DISTRUST_NODE_INTERNALS names Node internals to do without (docs/operations.md); buildApp awaits the checks.
+  void checkNodeInternals({ logger, distrust: process.env.ENVD_DISTRUST_NODE_INTERNALS });
   const app = await buildApp({ config, logger, openApi: prebuiltOpenApi(ENVD_OPENAPI_JSON) });
 
   let stopping = false;

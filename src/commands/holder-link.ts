@@ -1,4 +1,5 @@
 import { createConnection, type Socket } from 'node:net';
+import { checkNodeInternals, readsIntoOwnBuffers } from '../node-internals.js';
 import {
   DIRECT_SINCE_VERSION,
   MAX_MESSAGE_PAYLOAD,
@@ -29,7 +30,8 @@ const READ_ROOM_BYTES = 64 * 1024;
  */
 const READ_BUFFER_BYTES = MAX_MESSAGE_BYTES + READ_ROOM_BYTES;
 /**
- * Where the first read after a pause lands, for every link: Node takes a
+ * Where the first read after a pause lands, for every link (when Node reads as
+ * node-internals.ts checks it does, 'onread-buffer'): Node takes a
  * link's next read buffer right after each read, when a held link still has
  * a message queued in its own buffer and nothing may move there. The read's
  * callback copies it into the link's buffer at once, and reads of different
@@ -94,9 +96,15 @@ export class HolderLink {
 
   private constructor(
     private readonly socket: Socket,
-    /** Where reads land. */
-    private readonly readBuffer: Buffer,
+    /** Where reads land; undefined on the plain path, where each read brings its own buffer. */
+    private readonly readBuffer: Buffer | undefined,
   ) {}
+
+  /** A read on the plain path ('data'): Node's own buffer, never reused, so nothing is moved or copied. */
+  private onChunk(chunk: Buffer): void {
+    this.decoder.push(chunk);
+    this.afterRead();
+  }
 
   /**
    * One read from the socket, into the link's own buffer right after the bytes read before it, so a
@@ -107,9 +115,9 @@ export class HolderLink {
     if (this.readParked) {
       // Reads resumed, so nothing is queued: what is left of a message moves to the front, the read after it.
       this.compact();
-      parkingBuffer!.copy(this.readBuffer, this.readEnd, 0, n);
+      parkingBuffer!.copy(this.readBuffer!, this.readEnd, 0, n);
     }
-    this.decoder.push(this.readBuffer.subarray(this.readEnd, this.readEnd + n));
+    this.decoder.push(this.readBuffer!.subarray(this.readEnd, this.readEnd + n));
     this.readEnd += n;
     this.reading = true;
     try {
@@ -143,16 +151,26 @@ export class HolderLink {
    * Rejects when the connect fails or no HELLO came within `helloTimeoutMs`: the holder may still be
    * alive (stopped, or its backlog full), which only its pid record can tell (TrackedProcess).
    */
-  static connect(path: string, helloTimeoutMs = HELLO_TIMEOUT_MS): Promise<{ link: HolderLink; hello: Hello }> {
+  static async connect(path: string, helloTimeoutMs = HELLO_TIMEOUT_MS): Promise<{ link: HolderLink; hello: Hello }> {
+    // Whether Node reads a socket as the own buffers below assume is known once this has settled.
+    await checkNodeInternals();
     return new Promise((resolve, reject) => {
       let link: HolderLink | undefined;
-      // Reads land in one buffer per link instead of a fresh 64 KiB allocation per read, and a message
-      // split between two reads is completed in place instead of copied: a busy command's output then
-      // costs envd no allocation at all, and a held link pins nothing but this buffer.
-      const readBuffer = Buffer.allocUnsafeSlow(READ_BUFFER_BYTES);
-      // Node asks for the next read's buffer right after each read's callback (and once at the start).
-      const socket = createConnection({ path, onread: { buffer: () => link?.nextReadTarget() ?? readBuffer, callback: (n) => link!.onRead(n) } });
-      link = new HolderLink(socket, readBuffer);
+      let socket: Socket;
+      if (readsIntoOwnBuffers()) {
+        // Reads land in one buffer per link instead of a fresh 64 KiB allocation per read, and a message
+        // split between two reads is completed in place instead of copied: a busy command's output then
+        // costs envd no allocation at all, and a held link pins nothing but this buffer.
+        const readBuffer = Buffer.allocUnsafeSlow(READ_BUFFER_BYTES);
+        // Node asks for the next read's buffer right after each read's callback (and once at the start).
+        socket = createConnection({ path, onread: { buffer: () => link?.nextReadTarget() ?? readBuffer, callback: (n) => link!.onRead(n) } });
+        link = new HolderLink(socket, readBuffer);
+      } else {
+        // The plain path (node-internals.ts): a fresh buffer per read, which queued messages may point into.
+        socket = createConnection({ path });
+        link = new HolderLink(socket, undefined);
+        socket.on('data', (chunk: Buffer) => link!.onChunk(chunk));
+      }
       const timer = setTimeout(() => fail(new Error(`no HELLO from the holder at ${path}`)), helloTimeoutMs);
       const fail = (error: Error) => {
         clearTimeout(timer);
@@ -333,16 +351,17 @@ export class HolderLink {
     }
     // Room for the next read, made only between a read and the next one being placed: Node has
     // taken the next read's buffer already when reads resume from elsewhere.
-    if (this.reading && this.readBuffer.length - this.readEnd < READ_ROOM_BYTES) this.compact();
+    if (this.reading && this.readBuffer && this.readBuffer.length - this.readEnd < READ_ROOM_BYTES) this.compact();
     this.readsPaused = false;
     this.socket.resume();
   }
 
   /** Moves what is left of a message (nothing queued points into the buffer) to its front. */
   private compact(): void {
+    const readBuffer = this.readBuffer!;
     const partial = this.decoder.takeBuffered();
-    partial.copy(this.readBuffer, 0);
-    this.decoder.push(this.readBuffer.subarray(0, partial.length));
+    partial.copy(readBuffer, 0);
+    this.decoder.push(readBuffer.subarray(0, partial.length));
     this.readEnd = partial.length;
   }
 
@@ -352,7 +371,7 @@ export class HolderLink {
    */
   private nextReadTarget(): Buffer {
     this.readParked = this.readsPaused;
-    if (!this.readParked) return this.readBuffer.subarray(this.readEnd);
+    if (!this.readParked) return this.readBuffer!.subarray(this.readEnd);
     return (parkingBuffer ??= Buffer.allocUnsafeSlow(READ_ROOM_BYTES));
   }
 }

@@ -6,6 +6,7 @@ import type { StreamName, StreamOffsets } from '../holder/protocol.js';
 import type { KeptLog } from './kept-log.js';
 import type { ExitInfo } from './schemas.js';
 import type { LendableSocket, OutputSubscriber, ReplayTarget, TrackedProcess } from './tracked-process.js';
+import { responseChunked, socketFd } from '../node-internals.js';
 import { Utf8Cursor } from './utf8-cursor.js';
 
 /** The inode of fd `fd` (a socket's, in sockfs), or undefined if the fd is no longer open. */
@@ -169,12 +170,12 @@ class SseSubscriber implements OutputSubscriber {
   }
 
   lendableSocket(): LendableSocket | undefined {
-    const socket = this.res.socket;
-    // Plain TCP or a unix socket only: on TLS the bytes on the fd are not the stream's.
-    // Both are Node internals (the handle's fd, how the response frames its body): without them, no lending.
-    const fd = (socket as unknown as { _handle?: { fd?: unknown } } | null)?._handle?.fd;
-    const chunked = (this.res as unknown as { chunkedEncoding?: unknown }).chunkedEncoding;
-    if (!this.mayLend || !socket || this.res.destroyed || 'encrypted' in socket || typeof fd !== 'number' || fd < 0 || typeof chunked !== 'boolean') return undefined;
+    if (!this.mayLend || this.res.destroyed) return undefined;
+    // Both are Node internals (the connection's fd, how the response frames its body), read in
+    // node-internals.ts: where they do not behave as assumed, no lending (envd writes the output).
+    const fd = socketFd(this.res.socket);
+    const chunked = responseChunked(this.res);
+    if (fd === undefined || chunked === undefined) return undefined;
     // The holder checks the inode: by the time it takes the fd, the number may belong to another connection.
     const inode = inodeOf(fd);
     return inode === undefined ? undefined : { fd, inode, chunked };

@@ -3,6 +3,7 @@ import type { IncomingMessage } from 'node:http';
 import { Socket } from 'node:net';
 import { constants } from 'node:os';
 import { HttpError, errnoToHttpError } from '../errors.js';
+import { bodyTakeoverTrusted, socketFd, stopParserReads } from '../node-internals.js';
 
 /**
  * Large bodies with a Content-Length of at least this many bytes are taken
@@ -21,14 +22,16 @@ const ERRNO_CODES = new Map(Object.entries(constants.errno).map(([code, number])
 /**
  * The body length when this request's body can be taken over: a
  * Content-Length (no chunked framing to parse) of at least SPLICE_MIN_BYTES,
- * on a plain TCP socket (a TLS one carries ciphertext) that Node still owns.
+ * on a plain TCP socket (a TLS one carries ciphertext) that Node still owns,
+ * where the internals the take-over needs behave as assumed (node-internals.ts).
  */
 export function spliceableLength(request: IncomingMessage): number | undefined {
   if (request.headers['transfer-encoding'] !== undefined) return undefined;
   const length = Number(request.headers['content-length']);
   if (!Number.isSafeInteger(length) || length < SPLICE_MIN_BYTES) return undefined;
-  const socket = request.socket as Socket & { encrypted?: boolean; _handle?: { fd?: number } };
-  if (!(socket instanceof Socket) || socket.encrypted || !(socket._handle?.fd! >= 0) || socket.destroyed) return undefined;
+  // Node internals (the connection's fd, the parser's reads), read in node-internals.ts: where they do not
+  // behave as assumed, the body goes through the parser.
+  if (!bodyTakeoverTrusted() || !(request.socket instanceof Socket) || socketFd(request.socket) === undefined) return undefined;
   return length;
 }
 
@@ -54,17 +57,7 @@ export interface TakenBody {
  * returns. Throws a 400 when the parser has read more than `length` bytes.
  */
 export function takeOverBody(request: IncomingMessage, length: number): TakenBody {
-  // `_read` is what a paused request calls to resume the socket (Readable's implementer hook); a no-op keeps it off.
-  const ownRead = Object.getOwnPropertyDescriptor(request, '_read');
-  request._read = () => {};
-  const handBack = (completed: boolean) => {
-    if (completed) {
-      request.complete = true;
-      return;
-    }
-    if (ownRead) Object.defineProperty(request, '_read', ownRead);
-    else delete (request as { _read?: unknown })._read;
-  };
+  const handBack = stopParserReads(request);
   const early: Buffer[] = [];
   let earlyBytes = 0;
   for (let chunk: Buffer | null; (chunk = request.read() as Buffer | null) !== null; ) {
