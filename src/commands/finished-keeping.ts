@@ -10,6 +10,16 @@ import type { TrackedProcess } from './tracked-process.js';
  */
 export const FINISHED_BUDGET_SHARE = 0.75;
 
+/**
+ * How long a command collected by its stream (its `exit` event went out) can
+ * still be resumed by its resume id. "Went out" means handed to the kernel: a
+ * proxy in between (the control plane's) may have taken the bytes and lost
+ * its connection to the client before passing the `exit` on, and the client's
+ * reconnect must then get the rest instead of a 404. Hidden from everything
+ * else meanwhile (`wait`, lists, /output), as any collected command is.
+ */
+export const STREAM_RESUME_MS = 10_000;
+
 /** What the keeping of finished commands needs of the registry. */
 export interface KeptCommands {
   /** The command that has this pid now (a finished one's pid may be another's already). */
@@ -32,6 +42,8 @@ export class FinishedKeeping {
   private readonly answers = new Map<TrackedProcess, number>();
   /** Collected, forgotten once their answers in flight are out: no longer found, listed or waitable. */
   private readonly leaving = new Set<TrackedProcess>();
+  /** Collected by their stream: resumable by id for STREAM_RESUME_MS (at least). */
+  private readonly resumable = new Set<TrackedProcess>();
 
   constructor(
     private readonly config: Config,
@@ -46,11 +58,17 @@ export class FinishedKeeping {
     return this.leaving.has(proc);
   }
 
+  /** Collected by its stream, and still resumable by its resume id (STREAM_RESUME_MS). */
+  isResumable(proc: TrackedProcess): boolean {
+    return this.resumable.has(proc);
+  }
+
   /** The command is being forgotten: nothing of it is kept here any more. */
   drop(proc: TrackedProcess): void {
     clearTimeout(this.expiries.get(proc));
     this.expiries.delete(proc);
     this.leaving.delete(proc);
+    this.resumable.delete(proc);
   }
 
   /** A restart: no timer may forget a command the next envd re-adopts. */
@@ -60,8 +78,9 @@ export class FinishedKeeping {
   }
 
   /** See ProcessRegistry.collect. */
-  collect(proc: TrackedProcess): void {
+  collect(proc: TrackedProcess, byStream = false): void {
     proc.collected = true;
+    if (byStream) this.resumable.add(proc);
     // Gone for every request from now on, even while an answer is still going out.
     if (this.config.keepCollectedMs === 0) this.leaving.add(proc);
     if (!this.answers.has(proc)) this.expireCollected(proc);
@@ -99,8 +118,9 @@ export class FinishedKeeping {
     if (this.commands.byPid.get(proc.pid) !== proc || this.commands.detached()) return;
     clearTimeout(this.expiries.get(proc));
     this.expiries.delete(proc);
-    if (this.config.keepCollectedMs === 0) return void this.commands.forget(proc.pid, proc);
-    this.forgetIn(proc, this.config.keepCollectedMs);
+    const keep = Math.max(this.config.keepCollectedMs, this.resumable.has(proc) ? STREAM_RESUME_MS : 0);
+    if (keep === 0) return void this.commands.forget(proc.pid, proc);
+    this.forgetIn(proc, keep);
     this.evictFinished();
   }
 

@@ -241,8 +241,14 @@ export class ProcessRegistry {
    * `wait` answered): the spec's "the process is then removed from the tracked list". It is forgotten
    * once the answers still going out are, or --keep-collected later.
    */
-  collect(proc: TrackedProcess): void {
-    this.keeping.collect(proc);
+  collect(proc: TrackedProcess, byStream = false): void {
+    this.keeping.collect(proc, byStream);
+  }
+
+  /** The command with this pid for a resume by id: also one its stream collected moments ago (STREAM_RESUME_MS). */
+  resumable(pid: number): TrackedProcess | undefined {
+    const proc = this.byPid.get(pid);
+    return proc && this.keeping.isResumable(proc) ? proc : this.get(pid);
   }
 
   /**

@@ -108,7 +108,8 @@ export const commandRoutes: FastifyPluginAsyncTypebox<CommandRoutesOptions> = as
       // The stream owns the command: collected once its `exit` event went out whole. A stream its client cut
       // leaves the command uncollected (killed, kept for --keep-finished), so that the client can resume it.
       const delivered = new Promise<boolean>((resolve) => reply.raw.once('close', () => resolve(reply.raw.writableFinished)));
-      void Promise.all([proc.finished, delivered]).then(([, whole]) => whole && processes.collect(proc));
+      // Whole is "handed to the kernel": the client's reconnect may still resume it for a while (STREAM_RESUME_MS).
+      void Promise.all([proc.finished, delivered]).then(([, whole]) => whole && processes.collect(proc, true));
       await streamProcess(request, reply, proc, { killOnDisconnect: true, lendSocket: config.directOutput, bytes: request.body.encoding === 'base64' });
     },
   );
@@ -173,7 +174,9 @@ export const commandRoutes: FastifyPluginAsyncTypebox<CommandRoutesOptions> = as
       },
     },
     async (request, reply) => {
-      const proc = tracked(request.params.pid);
+      // A resume by id also finds a command its stream collected moments ago: the `exit` may not have reached the client.
+      const resuming = Boolean(request.query.from || request.headers['last-event-id']);
+      const proc = (resuming ? processes.resumable(Number(request.params.pid)) : undefined) ?? tracked(request.params.pid);
       const from = await resumeCursor(proc, request.query.from, request.headers['last-event-id']);
       // A collection meanwhile (a wait) forgets the command only once this replay is over: its log must stay.
       reply.raw.once('close', processes.answering(proc));

@@ -26,6 +26,21 @@ describe('a collected command is forgotten (the default)', () => {
     expect(await waitFor200(fixture.server, pid)).toEqual({ status: 200, body: NOT_FOUND });
   });
 
+  it('lets a client resume a streamed command by its id for a moment after the exit went out (a proxy may have lost it), hidden from everything else', async () => {
+    const events = await collectEvents(await fixture.server.call('POST', '/commands/stream', { cmd: 'echo one; echo two' }));
+    const pid = (events[0]!.data as { pid: number }).pid;
+    expect(events.at(-1)!.event).toBe('exit');
+    await waitFor(() => fixture.server.app.envd.processes.get(pid) === undefined, 5_000, 'the streamed command to be collected');
+    expect((await fixture.server.call('GET', `/commands/${pid}/stream`)).status).toBe(404);
+    expect((await fixture.server.call('GET', `/commands/${pid}/output`)).status).toBe(404);
+    // The client saw the start (its id resumes right after it) and lost the rest with its connection.
+    const started = await fixture.server.call('GET', `/commands/${pid}/stream`, undefined, { headers: { 'last-event-id': '0-0' } });
+    expect(started.status).toBe(200);
+    const resumed = await collectEvents(started);
+    expect(resumed.filter((event) => event.event === 'stdout').map((event) => (event.data as { data: string }).data).join('')).toBe('one\ntwo\n');
+    expect(resumed.at(-1)).toMatchObject({ event: 'exit', data: { exit_code: 0 } });
+  });
+
   it('keeps a streamed command whose client was cut before its exit: the client resumes it, and wait collects it', async () => {
     const response = await fixture.server.call('POST', '/commands/stream', { cmd: 'echo one; sleep 30' });
     const stream = readEvents(response, { ids: true });
