@@ -2,6 +2,7 @@ import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import Fastify, { LogController, type FastifyError, type FastifyInstance, type FastifyReply, type FastifyRequest, type FastifyServerOptions } from 'fastify';
 import { bearerToken } from './auth.js';
 import { commandRoutes } from './commands/routes.js';
+import { readyRoutes } from './commands/ready-routes.js';
 import { openCgroups, systemLocation, type CgroupMode } from './cgroups/detect.js';
 import { ProcessRegistry } from './commands/registry.js';
 import type { Config } from './config.js';
@@ -129,6 +130,7 @@ export async function buildApp({ config, logger, state = new SandboxState(config
 
   await app.register(lifecycleRoutes, { config, state, processes, setClock, openApi, memoryBudget });
   await app.register(commandRoutes, { prefix: '/commands', config, state, processes });
+  await app.register(readyRoutes, { prefix: '/commands', processes, logger: processes.log });
   await app.register(fileRoutes, { prefix: '/files', config, state, receiver: processes.holderPath });
 
   return Object.assign(app, { envd: { state, processes, memoryBudget } }) as unknown as App;
@@ -147,7 +149,7 @@ function handleError(error: FastifyError | HttpError, request: FastifyRequest, r
   reply.type('application/json; charset=utf-8');
   if (error instanceof HttpError) {
     if (error.status >= 500) request.log.error({ err: error.cause ?? error }, error.message);
-    return reply.code(error.status).headers(error.headers).send({ message: error.message });
+    return reply.code(error.status).headers(error.headers).send({ ...error.fields, message: error.message });
   }
   // A failed system call no route mapped itself (EPERM from /sys, EROFS): mapped in the one place, src/errors.ts.
   const mapped = errnoFailure(error);

@@ -137,6 +137,7 @@ export const OPERATIONS: Record<string, OperationDoc> = {
     headers: [RANGE],
     responseHeaders: { 200: [...KEPT, ...PARTIAL('kept output')], 206: [...KEPT, ...PARTIAL('kept output')], 416: UNSATISFIABLE },
   },
+  'GET /commands/{pid}/ready': { operationId: 'waitCommandReady', tag: 'commands', errors: [404, 408, 409] },
   'GET /commands/{pid}/wait': { operationId: 'waitCommand', tag: 'commands', errors: [408] },
   'POST /commands/{pid}/stdin': { operationId: 'writeCommandStdin', tag: 'commands', errors: [404, 409, 413] },
   'DELETE /commands/{pid}/stdin': { operationId: 'closeCommandStdin', tag: 'commands', errors: [404, 409] },

@@ -78,6 +78,7 @@ export async function everyRoute(baseUrl: string, token: string, dir: string): P
   const outputBytes: number | undefined = output.data?.byteLength;
   // After attach and output: a wait collects the command, and a collected command is forgotten.
   const waited: CommandResult | undefined = note('GET /commands/{pid}/wait', await client.GET('/commands/{pid}/wait', { params: { path: { pid }, query: { timeout_ms: 120000 } } })).data;
+  const readyAfter: number | undefined = note('GET /commands/{pid}/ready', await client.GET('/commands/{pid}/ready', { params: { path: { pid: ptyPid }, query: { timeout_ms: 1000 } } })).data?.after_ms;
   note('POST /commands/{pid}/resize', await client.POST('/commands/{pid}/resize', { params: { path: { pid: ptyPid } }, body: { cols: 100, rows: 30 } }));
   note('POST /commands/{pid}/signal', await client.POST('/commands/{pid}/signal', { params: { path: { pid: ptyPid } }, body: { signal: 'SIGCONT' } }));
   const killed: boolean | undefined = note('DELETE /commands/{pid}', await client.DELETE('/commands/{pid}', { params: { path: { pid: ptyPid } } })).data?.killed;
@@ -107,7 +108,7 @@ export async function everyRoute(baseUrl: string, token: string, dir: string): P
   const change: WatchChangeEvent = { type: 'create', path: dir };
   return {
     statuses,
-    values: { version, envs, cpus, doc, result, failure, streamed, listed, stats, waited, attached, kept, outputBytes, killed, uploaded, range, read, lines, searched, found, edited, exists, info, extracted, entries, moved, made, watched, removed, exit, change },
+    values: { version, envs, cpus, doc, result, failure, streamed, listed, stats, waited, readyAfter, attached, kept, outputBytes, killed, uploaded, range, read, lines, searched, found, edited, exists, info, extracted, entries, moved, made, watched, removed, exit, change },
   };
 }
 `;
@@ -182,6 +183,7 @@ describe('a client generated from the OpenAPI document', () => {
         waited: { stdout: 'input', exit_code: 0 },
         outputBytes: 2,
         kept: '5',
+        readyAfter: 0,
         killed: true,
         uploaded: '039058c6f2c0cb492c533b0a4d14ef77cc0f78abccced5287d84a1a2011cfb81',
         range: 'bytes 0-1/3',

@@ -55,7 +55,7 @@ const validators = new Map<unknown, ValidateFunction>();
 const seen = new Map<string, Set<'positive' | 'negative'>>();
 
 /** Pids the cases share: a sleeper with stdin, one without, a pty, a finished background command. */
-const pids = { sleeper: 0, closed: 0, pty: 0, finished: 0, untracked: 9_999_999 };
+const pids = { sleeper: 0, closed: 0, pty: 0, finished: 0, ready: 0, unready: 0, endedUnready: 0, untracked: 9_999_999 };
 
 async function json(method: string, path: string, body?: unknown): Promise<any> {
   const response = await fetch(envd.url + path, { method, headers: { authorization: `Bearer ${TOKEN}`, 'content-type': 'application/json' }, body: JSON.stringify(body) });
@@ -78,6 +78,9 @@ beforeAll(async () => {
   pids.closed = (await json('POST', '/commands', { cmd: 'sleep 600', background: true })).pid;
   pids.pty = (await json('POST', '/commands', { cmd: 'sleep 600', pty: { cols: 80, rows: 24 }, background: true })).pid;
   pids.finished = (await json('POST', '/commands', { cmd: 'echo out; echo err >&2', background: true })).pid;
+  pids.ready = (await json('POST', '/commands', { cmd: 'echo up; sleep 600', background: true, ready: { log: '^up$' } })).pid;
+  pids.unready = (await json('POST', '/commands', { cmd: 'sleep 600', background: true, ready: { log: 'never' } })).pid;
+  pids.endedUnready = (await json('POST', '/commands', { cmd: 'exit 2', background: true, ready: { port: 1 } })).pid;
   // Generous: on a loaded 2-core CI machine a login shell's start alone can take seconds.
   await waitFor(async () => !(await json('GET', '/commands')).processes.find((p: { pid: number }) => p.pid === pids.finished).running, 90_000, 'the background command to end');
 }, 120_000);
@@ -190,6 +193,8 @@ const CASES: Record<string, () => Case[]> = {
     { name: 'output as base64', status: 200, json: { cmd: 'printf "\\377"', encoding: 'base64' } },
     { name: 'an unknown encoding', status: 400, json: { cmd: 'true', encoding: 'latin1' } },
     { name: 'a negative timeout', status: 400, json: { cmd: 'true', timeout: -1 } },
+    { name: 'ready on a line', status: 200, json: { cmd: 'echo up; sleep 0.2', ready: { log: 'up' } } },
+    { name: 'a pattern the linear engine cannot run', status: 400, json: { cmd: 'true', ready: { log: '(a)\\1' } } },
   ],
   listCommands: () => [
     { name: 'with finished ones', status: 200, query: { finished: 'true' } },
@@ -210,6 +215,13 @@ const CASES: Record<string, () => Case[]> = {
     { name: 'all of stdout', status: 200, pid: pids.finished },
     { name: 'a range of stderr', status: 206, pid: pids.finished, query: { stream: 'stderr' }, headers: { Range: 'bytes=0-1' } },
     { name: 'from past the end', status: 416, pid: pids.finished, query: { from: '999999' } },
+    { name: 'an untracked pid', status: 404 },
+  ],
+  waitCommandReady: () => [
+    { name: 'ready on its output', status: 200, pid: pids.ready, query: { timeout_ms: '60000' } },
+    { name: 'started without ready', status: 200, pid: pids.closed },
+    { name: 'not ready after timeout_ms', status: 408, pid: pids.unready, query: { timeout_ms: '1' } },
+    { name: 'ended before it was ready', status: 409, pid: pids.endedUnready, query: { timeout_ms: '60000' } },
     { name: 'an untracked pid', status: 404 },
   ],
   waitCommand: () => [

@@ -207,7 +207,7 @@ describe('the OpenAPI document, for client generators', () => {
       expect(media.schema.description, key).toMatch(/Last-Event-ID|no `id:`/);
       return media['x-events'];
     };
-    const command = { start: 'StartEvent', stdout: 'OutputEvent', stderr: 'OutputEvent', truncated: 'TruncatedEvent', exit: 'ExitEvent', error: 'Error' };
+    const command = { start: 'StartEvent', ready: 'ReadyEvent', stdout: 'OutputEvent', stderr: 'OutputEvent', truncated: 'TruncatedEvent', exit: 'ExitEvent', error: 'Error' };
     for (const key of ['POST /commands/stream', 'GET /commands/{pid}/stream']) {
       expect(events(key), key).toEqual(Object.fromEntries(Object.entries(command).map(([event, name]) => [event, { $ref: `#/components/schemas/${name}` }])));
     }
