@@ -3,6 +3,8 @@ import Fastify, { LogController, type FastifyError, type FastifyInstance, type F
 import { bearerToken } from './auth.js';
 import { commandRoutes } from './commands/routes.js';
 import { readyRoutes } from './commands/ready-routes.js';
+import { ServiceManager } from './services/manager.js';
+import { serviceRoutes } from './services/routes.js';
 import { openCgroups, systemLocation, type CgroupMode } from './cgroups/detect.js';
 import { ProcessRegistry } from './commands/registry.js';
 import type { Config } from './config.js';
@@ -48,7 +50,7 @@ export interface AppDeps {
   memoryBudget?: MemoryBudget;
 }
 
-export type App = FastifyInstance & { envd: { state: SandboxState; processes: ProcessRegistry; memoryBudget: MemoryBudget } };
+export type App = FastifyInstance & { envd: { state: SandboxState; processes: ProcessRegistry; memoryBudget: MemoryBudget; services: ServiceManager } };
 
 const REQUEST_ID = /^[\w.:-]{1,64}$/;
 
@@ -89,6 +91,10 @@ export async function buildApp({ config, logger, state = new SandboxState(config
   if (cgroupMode.mode === 'cgroup') logger.info({ cgroup: cgroupMode.cgroups.commands }, 'commands run in a cgroup v2 each: limits, cgroup.kill, why each ended');
   else logger.info({ why: cgroupMode.why }, 'commands run without cgroups: no limits; kill walks /proc');
   app.addHook('onClose', async () => processes.killAll());
+  // After adoption: a service finds its run among the re-adopted commands. Closed before the commands are
+  // killed (preClose runs first), so a shutdown restarts nothing.
+  const services = ServiceManager.open(config.stateDir, processes, state, logger.child({ feature: 'services' }));
+  app.addHook('preClose', async () => services.close());
 
   app.addHook('onRequest', async (request, reply) => {
     reply.header('x-request-id', request.id);
@@ -132,8 +138,9 @@ export async function buildApp({ config, logger, state = new SandboxState(config
   await app.register(commandRoutes, { prefix: '/commands', config, state, processes });
   await app.register(readyRoutes, { prefix: '/commands', processes, logger: processes.log });
   await app.register(fileRoutes, { prefix: '/files', config, state, receiver: processes.holderPath });
+  await app.register(serviceRoutes, { prefix: '/services', config, processes, services });
 
-  return Object.assign(app, { envd: { state, processes, memoryBudget } }) as unknown as App;
+  return Object.assign(app, { envd: { state, processes, memoryBudget, services } }) as unknown as App;
 }
 
 function handleError(error: FastifyError | HttpError, request: FastifyRequest, reply: FastifyReply) {

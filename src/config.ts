@@ -23,6 +23,8 @@ export const DEFAULT_KEEP_FINISHED_SECONDS = 600;
 export const DEFAULT_KEEP_COLLECTED_SECONDS = 0;
 /** What all commands together leave to envd: its idle RSS (~60 MiB) and its 64 MiB budget above it. */
 export const DEFAULT_RESERVE_MEMORY_BYTES = 128 * 1024 * 1024;
+/** Where a template declares its services (issue 39). */
+export const DEFAULT_SERVICES_DIR = '/etc/envd/services';
 
 /** The longest --keep-finished and --keep-collected: a week, and within what a Node timer holds. */
 export const MAX_KEEP_FINISHED_SECONDS = 7 * 24 * 3600;
@@ -71,6 +73,8 @@ export interface Config {
   readonly commandCgroups: 'auto' | 'off';
   /** The image's entrypoint to start once per boot (rootfs/image-to-template.mjs --entrypoint writes it). */
   readonly entrypointFile: string | undefined;
+  /** The template's services (NAME.json each), started once per boot in dependency order. */
+  readonly servicesDir: string;
   readonly logLevel: LogLevel;
 }
 
@@ -115,6 +119,8 @@ Options (each also read from the environment variable shown):
                                                       none: process groups only, no limits (off; default auto)
   --entrypoint-file <path>    ENVD_ENTRYPOINT_FILE    the image's entrypoint ({"args","user","cwd","envs"}), started once
                                                       per boot as a tracked background command
+  --services-dir <path>       ENVD_SERVICES_DIR       the template's services, NAME.json each (the body of PUT /services/NAME),
+                                                      started once per boot in dependency order (default /etc/envd/services)
   --log-level <level>         ENVD_LOG_LEVEL          ${LOG_LEVELS.join('|')} (default info)
   --help                      print this help and exit
   --version                   print the version and exit
@@ -136,6 +142,7 @@ const OPTIONS = {
   'keep-finished': { type: 'string', env: 'ENVD_KEEP_FINISHED' },
   'keep-collected': { type: 'string', env: 'ENVD_KEEP_COLLECTED' },
   'entrypoint-file': { type: 'string', env: 'ENVD_ENTRYPOINT_FILE' },
+  'services-dir': { type: 'string', env: 'ENVD_SERVICES_DIR' },
   'reserve-memory': { type: 'string', env: 'ENVD_RESERVE_MEMORY' },
   'command-cgroups': { type: 'string', env: 'ENVD_COMMAND_CGROUPS' },
   'log-level': { type: 'string', env: 'ENVD_LOG_LEVEL' },
@@ -211,6 +218,9 @@ export function parseCli(argv: string[], env: NodeJS.ProcessEnv): CliAction {
   const entrypointFile = read('entrypoint-file');
   if (entrypointFile !== undefined && !isAbsolute(entrypointFile)) problems.push(`${describe('entrypoint-file')} must be an absolute path, got ${JSON.stringify(entrypointFile)}`);
 
+  const servicesDir = read('services-dir') ?? DEFAULT_SERVICES_DIR;
+  if (!isAbsolute(servicesDir)) problems.push(`${describe('services-dir')} must be an absolute path, got ${JSON.stringify(servicesDir)}`);
+
   const host = read('host') ?? '0.0.0.0';
   if (host.trim() === '') problems.push(`${describe('host')} must not be empty`);
 
@@ -253,6 +263,7 @@ export function parseCli(argv: string[], env: NodeJS.ProcessEnv): CliAction {
       keepFinishedMs: keepFinished! * 1000,
       keepCollectedMs: keepCollected! * 1000,
       entrypointFile,
+      servicesDir,
       reserveMemoryBytes: reserveMemory!,
       commandCgroups: commandCgroups as 'auto' | 'off',
       logLevel: logLevel as LogLevel,

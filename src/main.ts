@@ -94,6 +94,8 @@ async function main(): Promise<void> {
   startMemoryReclaim(mallocTrimmer(config.stateDir, logger));
   paceCollectorForTransfers();
   warnIfStateDirNotTmpfs(config.stateDir, logger);
+  const { bootServicesOnce } = await import('./services/boot-files.js');
+  bootServicesOnce(config.servicesDir, config.stateDir, app.envd.services, logger.child({ feature: 'services' }));
   if (config.entrypointFile) await startEntrypoint(config.entrypointFile, config.stateDir, app.envd.state, app.envd.processes, logger.child({ feature: 'entrypoint' }));
   logger.info({ version: VERSION, host: config.host, port: config.port, initialised: app.envd.state.token.isSet }, 'envd ready');
 }

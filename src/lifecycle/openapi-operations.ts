@@ -53,12 +53,13 @@ const WATCH_STREAM: EventStream = {
     'and a new one misses the changes in between (list the directory again after its `ready`). An `error` event ends the stream.',
 };
 
-export type Tag = 'lifecycle' | 'commands' | 'files';
+export type Tag = 'lifecycle' | 'commands' | 'files' | 'services';
 
 export const TAGS: { name: Tag; description: string }[] = [
   { name: 'lifecycle', description: 'Health, /init (token, envs, defaults, clock), metrics and this document' },
   { name: 'commands', description: 'Run commands; stream, attach, resume and read their output; stdin, signals, terminals' },
   { name: 'files', description: 'Read, write, upload, download, archive, list, move, remove and watch files' },
+  { name: 'services', description: 'Supervised commands: restart policies with back-off, readiness, dependencies, boot files' },
 ];
 
 interface RequestHeader {
@@ -167,4 +168,20 @@ export const OPERATIONS: Record<string, OperationDoc> = {
   'POST /files/search': { operationId: 'searchFiles', tag: 'files', errors: [...FS_READ, 413] },
   'GET /files/find': { operationId: 'findFiles', tag: 'files', errors: FS_READ },
   'POST /files/edit': { operationId: 'editFile', tag: 'files', errors: FS_WRITE },
+
+  'PUT /services/{name}': { operationId: 'putService', tag: 'services', errors: [...COMMAND_START] },
+  'GET /services': { operationId: 'listServices', tag: 'services' },
+  'GET /services/{name}': { operationId: 'getService', tag: 'services', errors: [404] },
+  'DELETE /services/{name}': { operationId: 'deleteService', tag: 'services', errors: [404] },
+  'POST /services/{name}/start': { operationId: 'startService', tag: 'services', errors: [404] },
+  'POST /services/{name}/stop': { operationId: 'stopService', tag: 'services', errors: [404] },
+  'POST /services/{name}/restart': { operationId: 'restartService', tag: 'services', errors: [404] },
+  'GET /services/{name}/logs': {
+    operationId: 'getServiceLogs',
+    tag: 'services',
+    errors: [404, 409, 416],
+    headers: [{ name: 'Last-Event-ID', description: 'Start after this cursor (`<stdout bytes>-<stderr bytes>`); `?from=` wins over it' }],
+    responseHeaders: RETRY,
+    events: { ...COMMAND_STREAM, success: 'JSON page of the run\'s output from the cursor; with follow=1, its events until the run ends' },
+  },
 };
