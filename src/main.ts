@@ -11,7 +11,7 @@ declare const ENVD_OPENAPI_JSON: string;
 const SHUTDOWN_DEADLINE_MS = 5_000;
 
 /** The client verbs (src/cli): they load neither fastify nor pino, so they start fast. */
-const CLIENT_VERBS = new Set(['exec', 'ps', 'attach', 'logs', 'kill', 'cat', 'ls', 'cp', 'watch', 'grep', 'find', 'completion']);
+const CLIENT_VERBS = new Set(['exec', 'ps', 'attach', 'logs', 'kill', 'cat', 'ls', 'cp', 'watch', 'grep', 'find', 'services', 'completion']);
 
 async function main(): Promise<void> {
   const verb = process.argv[2];

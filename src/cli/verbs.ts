@@ -5,6 +5,7 @@ import { SIGNALS } from '../commands/schemas.js';
 import { type Common, help, HELP, parse, pidOf, quote, UsageError, type Verb } from './args.js';
 import { cp } from './cp.js';
 import { searchVerbs } from './search-verbs.js';
+import { serviceLogs, serviceVerbs } from './services-verbs.js';
 import { bytesWanted, follow, type Followed } from './output.js';
 
 export { UsageError };
@@ -138,6 +139,8 @@ const attach: Verb = async (argv, common) => {
 const logs: Verb = async (argv, common) => {
   const { values, positionals } = parse('logs', argv, { follow: { type: 'boolean', short: 'f' }, from: { type: 'string' } });
   if (values.help) return help('logs', common);
+  // A name, not a pid: a service's current run (src/cli/services-verbs.ts).
+  if (positionals[0] !== undefined && !/^\d+$/.test(positionals[0])) return serviceLogs(positionals[0], values, common);
   const pid = pidOf('logs', positionals[0]);
   const from = values.from as string | undefined;
   if (from !== undefined && !/^\d{1,15}-\d{1,15}$/.test(from)) throw new UsageError(`logs: --from takes an id as attach and logs print it (<stdout bytes>-<stderr bytes>), got ${JSON.stringify(from)}`);
@@ -202,4 +205,4 @@ const watch: Verb = async (argv, common) => {
   return 0;
 };
 
-export const verbs: Record<string, Verb> = { exec, ps, attach, logs, kill, cat, ls, cp, watch, ...searchVerbs };
+export const verbs: Record<string, Verb> = { exec, ps, attach, logs, kill, cat, ls, cp, watch, ...searchVerbs, ...serviceVerbs };

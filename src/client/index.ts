@@ -3,10 +3,12 @@ import { Files } from './files.js';
 import { Http, type ClientOptions } from './http.js';
 import { Lifecycle } from './lifecycle.js';
 import { SearchFiles } from './search.js';
+import { Services } from './services.js';
 
 export { EnvdError, type CallOptions, type ClientOptions } from './http.js';
 export type { CommandEvent, CommandResult, ExitInfo, ProcessInfo, SignalName, StartBody, StreamBody, StreamOptions } from './commands.js';
 export type { FileEntry, WatchEvent } from './files.js';
+export type { ServiceDefinition, ServiceLogsPage, ServiceRecord } from './services.js';
 export { parseSse, type SseEvent } from './sse.js';
 export type { EditRequest, FindRequest, FoundEntry, SearchMatch, SearchRequest, SearchSummary } from './search.js';
 
@@ -17,6 +19,8 @@ export class EnvdClient {
   readonly lifecycle: Lifecycle;
   /** Content search, find, line ranges, exact edits. */
   readonly search: SearchFiles;
+  /** Supervised commands: define, control, read their output. */
+  readonly services: Services;
   /** The base URL (no trailing slash) and token this client was made with. */
   readonly baseUrl: string;
   readonly token: string | undefined;
@@ -29,5 +33,6 @@ export class EnvdClient {
     this.files = new Files(http);
     this.lifecycle = new Lifecycle(http);
     this.search = new SearchFiles(http);
+    this.services = new Services(http);
   }
 }
