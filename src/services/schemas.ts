@@ -25,7 +25,7 @@ export const ServiceBody = Type.Object(
     envs: Type.Optional(Type.Record(Type.String(), Type.String(), { description: 'Merged over the sandbox envs' })),
     restart: Type.Optional(
       Type.Unsafe<RestartPolicy>(
-        Type.String({ enum: [...RESTART_POLICIES], default: 'on-failure', description: 'always: whenever it ends; on-failure (default): unless it exited 0; no: never' }),
+        Type.String({ enum: [...RESTART_POLICIES], description: 'always: whenever it ends; on-failure (default): unless it exited 0; no: never' }),
       ),
     ),
     depends_on: Type.Optional(

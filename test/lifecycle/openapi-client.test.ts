@@ -104,11 +104,20 @@ export async function everyRoute(baseUrl: string, token: string, dir: string): P
   const watched = await text(note('POST /files/watch', await client.POST('/files/watch', { body: { path: dir, recursive: true }, parseAs: 'stream' })).response.body, false);
   const removed: boolean | undefined = note('DELETE /files', await client.DELETE('/files', { params: { query: { path: dir + '/d' } } })).data?.removed;
 
+  const defined: string | undefined = note('PUT /services/{name}', await client.PUT('/services/{name}', { params: { path: { name: 'svc' } }, body: { cmd: 'echo served; sleep 600', ready: { log: 'served' } } })).data?.state;
+  const services: number | undefined = note('GET /services', await client.GET('/services')).data?.services.length;
+  note('GET /services/{name}', await client.GET('/services/{name}', { params: { path: { name: 'svc' } } }));
+  note('POST /services/{name}/stop', await client.POST('/services/{name}/stop', { params: { path: { name: 'svc' } } }));
+  note('POST /services/{name}/start', await client.POST('/services/{name}/start', { params: { path: { name: 'svc' } } }));
+  note('POST /services/{name}/restart', await client.POST('/services/{name}/restart', { params: { path: { name: 'svc' } } }));
+  note('GET /services/{name}/logs', await client.GET('/services/{name}/logs', { params: { path: { name: 'svc' }, query: { from: '0-0' }, header: { 'Last-Event-ID': '0-0' } } }));
+  const deleted: boolean | undefined = note('DELETE /services/{name}', await client.DELETE('/services/{name}', { params: { path: { name: 'svc' } } })).data?.deleted;
+
   const exit: ExitEvent = { exit_code: 0, reason: 'exited' };
   const change: WatchChangeEvent = { type: 'create', path: dir };
   return {
     statuses,
-    values: { version, envs, cpus, doc, result, failure, streamed, listed, stats, waited, readyAfter, attached, kept, outputBytes, killed, uploaded, range, read, lines, searched, found, edited, exists, info, extracted, entries, moved, made, watched, removed, exit, change },
+    values: { version, envs, cpus, doc, result, failure, streamed, listed, stats, waited, readyAfter, defined, services, deleted, attached, kept, outputBytes, killed, uploaded, range, read, lines, searched, found, edited, exists, info, extracted, entries, moved, made, watched, removed, exit, change },
   };
 }
 `;
@@ -184,6 +193,9 @@ describe('a client generated from the OpenAPI document', () => {
         outputBytes: 2,
         kept: '5',
         readyAfter: 0,
+        defined: 'starting',
+        services: 1,
+        deleted: true,
         killed: true,
         uploaded: '039058c6f2c0cb492c533b0a4d14ef77cc0f78abccced5287d84a1a2011cfb81',
         range: 'bytes 0-1/3',

@@ -26,6 +26,8 @@ interface Operation {
 }
 interface Request {
   pid?: number;
+  /** A service's name in /services/{name} paths (default conf). */
+  service?: string;
   query?: Record<string, string | undefined>;
   headers?: Record<string, string>;
   json?: unknown;
@@ -81,6 +83,11 @@ beforeAll(async () => {
   pids.ready = (await json('POST', '/commands', { cmd: 'echo up; sleep 600', background: true, ready: { log: '^up$' } })).pid;
   pids.unready = (await json('POST', '/commands', { cmd: 'sleep 600', background: true, ready: { log: 'never' } })).pid;
   pids.endedUnready = (await json('POST', '/commands', { cmd: 'exit 2', background: true, ready: { port: 1 } })).pid;
+  // Services: conf runs and prints, doomed is deleted, blocked waits for a dependency that is never ready.
+  await fetch(`${envd.url}/services/conf`, { method: 'PUT', headers: { authorization: `Bearer ${TOKEN}`, 'content-type': 'application/json' }, body: JSON.stringify({ cmd: 'echo hi; sleep 600' }) });
+  await fetch(`${envd.url}/services/doomed`, { method: 'PUT', headers: { authorization: `Bearer ${TOKEN}`, 'content-type': 'application/json' }, body: JSON.stringify({ cmd: 'sleep 600' }) });
+  await fetch(`${envd.url}/services/never`, { method: 'PUT', headers: { authorization: `Bearer ${TOKEN}`, 'content-type': 'application/json' }, body: JSON.stringify({ cmd: 'sleep 600', ready: { log: 'never' } }) });
+  await fetch(`${envd.url}/services/blocked`, { method: 'PUT', headers: { authorization: `Bearer ${TOKEN}`, 'content-type': 'application/json' }, body: JSON.stringify({ cmd: 'sleep 600', depends_on: ['never'] }) });
   // Generous: on a loaded 2-core CI machine a login shell's start alone can take seconds.
   await waitFor(async () => !(await json('GET', '/commands')).processes.find((p: { pid: number }) => p.pid === pids.finished).running, 90_000, 'the background command to end');
 }, 120_000);
@@ -112,7 +119,7 @@ function valid(schema: unknown, value: unknown, what: string): void {
 
 /** Sends one request and checks the answer against the operation's declared statuses and schemas. */
 async function exchange(op: Operation, request: Request): Promise<{ status: number; body: unknown }> {
-  const url = new URL(envd.url + op.template.replace('{pid}', String(request.pid ?? pids.untracked)));
+  const url = new URL(envd.url + op.template.replace('{pid}', String(request.pid ?? pids.untracked)).replace('{name}', request.service ?? 'conf'));
   for (const [name, value] of Object.entries(request.query ?? {})) if (value !== undefined) url.searchParams.set(name, value);
   const headers: Record<string, string> = { ...request.headers };
   if (request.token !== null) headers.authorization = `Bearer ${request.token ?? TOKEN}`;
@@ -340,6 +347,42 @@ const CASES: Record<string, () => Case[]> = {
     { name: 'by a glob', status: 200, query: { path: dir, glob: '*.txt', type: 'any' } },
     { name: 'an unknown type', status: 400, query: { path: dir, type: 'socket' } },
     { name: 'a missing directory', status: 404, query: { path: join(dir, 'missing') } },
+  ],
+  putService: () => [
+    { name: 'a new service', status: 201, json: { cmd: 'sleep 600', restart: 'always' }, service: 'fresh' },
+    { name: 'the same definition again', status: 200, json: { cmd: 'echo hi; sleep 600' } },
+    { name: 'an unknown restart policy', status: 400, json: { cmd: 'true', restart: 'sometimes' }, service: 'bad' },
+    { name: 'a missing dependency', status: 400, json: { cmd: 'true', depends_on: ['ghost'] }, service: 'bad' },
+    { name: 'a name with a slash-free dot first', status: 400, json: { cmd: 'true' }, service: '.hidden' },
+  ],
+  listServices: () => [{ name: 'every service', status: 200 }],
+  getService: () => [
+    { name: 'a service', status: 200 },
+    { name: 'an unknown service', status: 404, service: 'ghost' },
+  ],
+  deleteService: () => [
+    { name: 'a service', status: 200, service: 'doomed' },
+    { name: 'an unknown service', status: 404, service: 'ghost' },
+  ],
+  startService: () => [
+    { name: 'a running one (nothing to do)', status: 200 },
+    { name: 'an unknown service', status: 404, service: 'ghost' },
+  ],
+  stopService: () => [
+    { name: 'a running one', status: 200 },
+    { name: 'an unknown service', status: 404, service: 'ghost' },
+  ],
+  restartService: () => [
+    { name: 'a stopped one', status: 200 },
+    { name: 'an unknown service', status: 404, service: 'ghost' },
+  ],
+  getServiceLogs: () => [
+    { name: 'a page', status: 200, query: { from: '0-0' } },
+    { name: 'followed', status: 200, query: { follow: '1' }, until: (event) => event === 'stdout' },
+    { name: 'a service that has not run', status: 409, service: 'blocked' },
+    { name: 'from past the output', status: 416, query: { from: '999999-0' } },
+    { name: 'a cursor that is no cursor', status: 400, query: { from: 'x' } },
+    { name: 'an unknown service', status: 404, service: 'ghost' },
   ],
   editFile: () => [
     { name: 'one exact replacement', status: 200, json: { path: join(dir, 'edit.txt'), edits: [{ old: 'two', new: 'three' }] } },

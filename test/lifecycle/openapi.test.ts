@@ -154,18 +154,18 @@ describe('GET /openapi.json', () => {
 });
 
 describe('the OpenAPI document, for client generators', () => {
-  it('names every operation with a unique verb-noun operationId and one of the three tags', async () => {
+  it('names every operation with a unique verb-noun operationId and one of the four tags', async () => {
     const { document } = await fetchDocument();
     const ids = operations(document).map(({ key, operation }) => {
       const { operationId, tags } = operation as Operation & { operationId?: string; tags?: string[] };
       expect(operationId, `${key} has no operationId (src/lifecycle/openapi-operations.ts)`).toMatch(/^[a-z]+[A-Z][A-Za-z]*$/);
       expect(tags, key).toHaveLength(1);
-      expect(['lifecycle', 'commands', 'files']).toContain(tags![0]);
+      expect(['lifecycle', 'commands', 'files', 'services']).toContain(tags![0]);
       return operationId;
     });
     expect(new Set(ids).size).toBe(ids.length);
     expect((document as any).servers).toEqual([expect.objectContaining({ url: '/' })]);
-    expect((document as any).tags.map((tag: { name: string }) => tag.name)).toEqual(['lifecycle', 'commands', 'files']);
+    expect((document as any).tags.map((tag: { name: string }) => tag.name)).toEqual(['lifecycle', 'commands', 'files', 'services']);
     expect(ids).toEqual(expect.arrayContaining(['runCommand', 'uploadFile', 'downloadFile', 'watchDirectory', 'attachCommand']));
   });
 
@@ -231,7 +231,7 @@ describe('the OpenAPI document, for client generators', () => {
     for (const key of ['POST /files/edit', 'POST /files/search', 'GET /files/find']) expect(statuses(key), key).toEqual(expect.arrayContaining(['400', '403', '404']));
     expect(statuses('POST /files/edit')).toEqual(expect.arrayContaining(['409', '413', '507']));
     // Work that takes its share of the memory budget says when to retry (src/memory-budget.ts).
-    const budgeted = ['POST /commands/stream', 'GET /commands/{pid}/stream', 'PUT /files/raw', 'GET /files/raw', 'GET /files/archive', 'PUT /files/archive', 'POST /files/watch'];
+    const budgeted = ['POST /commands/stream', 'GET /commands/{pid}/stream', 'GET /services/{name}/logs', 'PUT /files/raw', 'GET /files/raw', 'GET /files/archive', 'PUT /files/archive', 'POST /files/watch'];
     for (const { key, path, operation } of operations(document)) {
       expect(Object.keys(operation.responses['503'].headers ?? {}), `${key} (${path})`).toEqual(budgeted.includes(key) ? ['Retry-After'] : []);
     }
