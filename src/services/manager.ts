@@ -6,7 +6,7 @@ import { prepareCommand, type PreparedCommand } from '../commands/spawn.js';
 import { badRequest, conflict, notFound } from '../errors.js';
 import type { Logger } from '../logger.js';
 import type { SandboxState } from '../sandbox-state.js';
-import { findCycle, type DependencyGraph } from './graph.js';
+import { dependencyOrder, findCycle, type DependencyGraph } from './graph.js';
 import { MAX_SERVICES, type ServiceDefinition } from './schemas.js';
 import { Service, type ServiceHost } from './service.js';
 import { ServiceStore } from './store.js';
@@ -129,7 +129,8 @@ export class ServiceManager {
       const service = this.services.get(name);
       if (service && definitions.has(name)) service.fail(error);
     }
-    for (const [name] of definitions) if (!reasons.has(name)) void this.services.get(name)?.start();
+    // Dependencies first (a dependent started before its dependency would only wait for it).
+    for (const name of dependencyOrder(graph)) if (definitions.has(name) && !reasons.has(name)) void this.services.get(name)?.start();
   }
 
   /** envd closes: no more restarts (a restart of envd leaves the runs to the next one; a shutdown kills them). */
