@@ -35,7 +35,7 @@ export class ServiceManager {
       logger,
       prepare: (definition) => this.prepare(definition),
       dependencies: (service) => this.dependencies(service),
-      changed: (service) => this.changed(service),
+      changed: (service, stateMoved) => this.changed(service, stateMoved),
     };
   }
 
@@ -177,7 +177,7 @@ export class ServiceManager {
     return waitingFor.length === 0 ? { up: true } : { up: false, waitingFor };
   }
 
-  private changed(service: Service): void {
+  private changed(service: Service, stateMoved: boolean): void {
     if (this.closed) return;
     if (this.services.get(service.name) === service) {
       try {
@@ -186,6 +186,7 @@ export class ServiceManager {
         this.logger.error({ err: error, service: service.name }, 'could not record the state of a service');
       }
     }
+    if (!stateMoved) return;
     // Those waiting for it look again: after this transition has finished (no nested transitions).
     queueMicrotask(() => {
       for (const other of this.services.values()) if (other !== service) other.dependencyChanged();

@@ -18,8 +18,8 @@ export interface ServiceHost {
   prepare(definition: ServiceDefinition): Promise<PreparedCommand>;
   /** Whether its dependencies are up; `broken`: they never will be (missing, in a cycle, broken themselves). */
   dependencies(service: Service): { up: true } | { up: false; waitingFor: string[] } | { up: false; broken: string };
-  /** The service changed state: it is written down, and services waiting for it look again. */
-  changed(service: Service): void;
+  /** The service changed: it is written down, and (its state moved) services waiting for it look again. */
+  changed(service: Service, stateMoved: boolean): void;
 }
 
 type LastExit = NonNullable<ServiceRecord['last_exit']>;
@@ -231,6 +231,7 @@ export class Service {
     this.state = to;
     this.error = error;
     if (from !== to) this.host.logger.info({ service: this.name, from, to, pid: this.run?.pid, ...(error ? { error } : {}) }, 'service state');
-    this.host.changed(this);
+    // Waiting services look again only when a state moved: one waiting service waking another that stays waiting would never end.
+    this.host.changed(this, from !== to);
   }
 }

@@ -9,6 +9,8 @@ import { findProcesses } from '../helpers/proc.js';
 import { collectEvents } from '../helpers/sse.js';
 import { bootServicesOnce } from '../../src/services/boot-files.js';
 import { BACKOFF_FIRST_MS } from '../../src/services/backoff.js';
+import { MAX_LOGS_ANSWER_BYTES } from '../../src/services/logs.js';
+import { MAX_SERVICES } from '../../src/services/schemas.js';
 import { put, service, until } from './helpers.js';
 
 const fixture = useCommandServer();
@@ -146,6 +148,27 @@ describe('a service', () => {
     rmSync(file, { force: true });
     expect((await fixture.server.json('GET', '/services/talker/logs?from=999-0')).status).toBe(416);
     expect((await fixture.server.json('GET', '/services/talker/logs?from=x')).status).toBe(400);
+  });
+});
+
+describe('limits', () => {
+  it(`pages logs at ${MAX_LOGS_ANSWER_BYTES} bytes, the cursor taking up exactly where a page stopped`, async () => {
+    const size = MAX_LOGS_ANSWER_BYTES + 1000;
+    await define('loud', { cmd: `head -c ${size} /dev/zero | tr '\\0' x; sleep 600 # ${mark('loud')}` });
+    const first = await waitForOutput('loud', (p) => p.stdout.length === MAX_LOGS_ANSWER_BYTES);
+    expect(first).toMatchObject({ more: true, cursor: `${MAX_LOGS_ANSWER_BYTES}-0` });
+    const second = await waitForOutput('loud', (p) => p.stdout.length === 1000, { 'last-event-id': first.cursor });
+    expect(second).toMatchObject({ more: false, cursor: `${size}-0` });
+  });
+
+  it(`takes ${MAX_SERVICES} services and refuses one more with 409`, async () => {
+    await define('gate', { cmd: `sleep 600 # ${mark('gate')}`, ready: { log: 'never' } });
+    for (let i = 1; i < MAX_SERVICES; i++) await define(`w${i}`, { cmd: 'true', depends_on: ['gate'] });
+    expect((await fixture.server.json('GET', '/services')).body.services).toHaveLength(MAX_SERVICES);
+    const refused = await fixture.server.json('PUT', '/services/one-more', { cmd: 'true' });
+    expect(refused).toEqual({ status: 409, body: { message: `at most ${MAX_SERVICES} services: delete one first` } });
+    // A change of an existing one is no new service.
+    expect((await fixture.server.json('PUT', '/services/w1', { cmd: 'true', depends_on: ['gate'], restart: 'no' })).status).toBe(200);
   });
 });
 
