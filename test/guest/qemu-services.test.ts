@@ -6,7 +6,7 @@
 // httpd binds 0.0.0.0:8080 here: reaching a server bound to 127.0.0.1 from outside needs the loopback
 // forward (issue 39 §2, another branch); with it, this service can bind 127.0.0.1 as the issue says.
 import { execFileSync } from 'node:child_process';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { randomBytes } from 'node:crypto';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -29,18 +29,25 @@ function templateWithServices(dir: string): string {
   writeFileSync(join(dir, 'httpd.json'), JSON.stringify(HTTPD));
   writeFileSync(join(dir, 'after.json'), JSON.stringify(AFTER));
   writeFileSync(join(dir, 'index.html'), PAGE);
+  // debugfs makes a directory in its current one whatever the path says: cd first, then relative names.
   const commands = [
-    'mkdir /etc/envd/services',
+    'cd /',
+    'mkdir srv',
+    'cd /srv',
+    'mkdir www',
+    'cd /srv/www',
+    `write ${join(dir, 'index.html')} index.html`,
+    'cd /etc/envd',
+    'mkdir services',
     'cd /etc/envd/services',
     `write ${join(dir, 'httpd.json')} httpd.json`,
     `write ${join(dir, 'after.json')} after.json`,
-    'mkdir /srv',
-    'mkdir /srv/www',
-    'cd /srv/www',
-    `write ${join(dir, 'index.html')} index.html`,
   ];
   writeFileSync(join(dir, 'debugfs.cmds'), `${commands.join('\n')}\n`);
   execFileSync('debugfs', ['-w', '-f', join(dir, 'debugfs.cmds'), image], { stdio: 'ignore' });
+  const cat = (path: string) => execFileSync('debugfs', ['-R', `cat ${path}`, image], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] });
+  expect(cat('/srv/www/index.html')).toBe(PAGE);
+  expect(JSON.parse(cat('/etc/envd/services/httpd.json'))).toEqual(HTTPD);
   return image;
 }
 
@@ -60,7 +67,8 @@ describe('a template service in a qemu VM (busybox + musl, envd-init)', () => {
       if (check(last)) return last;
       await new Promise((r) => setTimeout(r, 50));
     }
-    throw new Error(`${name}: not ${what} within ${timeoutMs} ms: ${JSON.stringify(last)}`);
+    const logs = (await client.json('GET', `/services/${name}/logs`)).body;
+    throw new Error(`${name}: not ${what} within ${timeoutMs} ms: ${JSON.stringify(last)}; its output: ${JSON.stringify(logs)}`);
   };
 
   beforeAll(async () => {
@@ -68,7 +76,10 @@ describe('a template service in a qemu VM (busybox + musl, envd-init)', () => {
     createOverlay(templateWithServices(dir), join(dir, 'disk.qcow2'));
     bootedAt = Date.now();
     vm = await startQemu({ disk: join(dir, 'disk.qcow2'), dir, name: 'services', memoryMiB: 512, append: NETWORK, extraPorts: [8080] });
-    await waitForHealth(vm.url, BOOT_TIMEOUT_MS, vm.alive);
+    await waitForHealth(vm.url, BOOT_TIMEOUT_MS, vm.alive).catch((error: Error) => {
+      const tail = (file: string) => readFileSync(join(dir, file), 'utf8').slice(-2000);
+      throw new Error(`${error.message}\nqemu: ${tail('services.qemu.log')}\nconsole: ${tail('services.console.log')}`);
+    });
     client = createClient(vm.url);
     expect((await client.call('POST', '/init', { access_token: token, timestamp: new Date().toISOString() })).status).toBe(204);
     client.token = token;
