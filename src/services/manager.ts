@@ -22,6 +22,8 @@ const IMAGE_USER = /^\d+$|:/;
 export class ServiceManager {
   private readonly services = new Map<string, Service>();
   private readonly host: ServiceHost;
+  /** What the store holds of each service, to skip writing it again unchanged. */
+  private readonly written = new Map<string, string>();
   private closed = false;
 
   private constructor(
@@ -100,6 +102,7 @@ export class ServiceManager {
     await service.stop();
     service.close();
     this.services.delete(name);
+    this.written.delete(name);
     this.store.remove(name);
     if (service.run) await this.processes.forget(service.run.pid, service.run);
     for (const other of this.services.values()) other.dependencyChanged();
@@ -181,7 +184,10 @@ export class ServiceManager {
     if (this.closed) return;
     if (this.services.get(service.name) === service) {
       try {
-        this.store.write(service.name, service.stored());
+        // Written when something changed: waiting services look again at each move of another.
+        const text = JSON.stringify(service.stored());
+        if (this.written.get(service.name) !== text) this.store.write(service.name, text);
+        this.written.set(service.name, text);
       } catch (error) {
         this.logger.error({ err: error, service: service.name }, 'could not record the state of a service');
       }

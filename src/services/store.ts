@@ -25,9 +25,10 @@ export class ServiceStore {
     mkdirSync(this.dir, { recursive: true, mode: 0o700 });
   }
 
-  write(name: string, record: StoredService): void {
+  /** Writes a record (`JSON.stringify` of a StoredService) whole. */
+  write(name: string, record: string): void {
     const path = join(this.dir, `${name}.json`);
-    writeFileSync(`${path}.tmp`, JSON.stringify(record), { mode: 0o600 });
+    writeFileSync(`${path}.tmp`, record, { mode: 0o600 });
     renameSync(`${path}.tmp`, path);
   }
 

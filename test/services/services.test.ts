@@ -161,7 +161,7 @@ describe('limits', () => {
     expect(second).toMatchObject({ more: false, cursor: `${size}-0` });
   });
 
-  it(`takes ${MAX_SERVICES} services and refuses one more with 409`, async () => {
+  it(`takes ${MAX_SERVICES} services and refuses one more with 409`, { timeout: 120_000 }, async () => {
     await define('gate', { cmd: `sleep 600 # ${mark('gate')}`, ready: { log: 'never' } });
     for (let i = 1; i < MAX_SERVICES; i++) await define(`w${i}`, { cmd: 'true', depends_on: ['gate'] });
     expect((await fixture.server.json('GET', '/services')).body.services).toHaveLength(MAX_SERVICES);
