@@ -104,7 +104,7 @@ export async function everyRoute(baseUrl: string, token: string, dir: string): P
   const watched = await text(note('POST /files/watch', await client.POST('/files/watch', { body: { path: dir, recursive: true }, parseAs: 'stream' })).response.body, false);
   const removed: boolean | undefined = note('DELETE /files', await client.DELETE('/files', { params: { query: { path: dir + '/d' } } })).data?.removed;
 
-  const defined: string | undefined = note('PUT /services/{name}', await client.PUT('/services/{name}', { params: { path: { name: 'svc' } }, body: { cmd: 'echo served; sleep 600', ready: { log: 'served' } } })).data?.state;
+  const defined: string | undefined = note('PUT /services/{name}', await client.PUT('/services/{name}', { params: { path: { name: 'svc' } }, body: { cmd: 'echo served; sleep 900', ready: { log: 'served' } } })).data?.state;
   const services: number | undefined = note('GET /services', await client.GET('/services')).data?.services.length;
   note('GET /services/{name}', await client.GET('/services/{name}', { params: { path: { name: 'svc' } } }));
   note('POST /services/{name}/stop', await client.POST('/services/{name}/stop', { params: { path: { name: 'svc' } } }));

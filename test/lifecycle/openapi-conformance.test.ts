@@ -80,14 +80,14 @@ beforeAll(async () => {
   pids.closed = (await json('POST', '/commands', { cmd: 'sleep 600', background: true })).pid;
   pids.pty = (await json('POST', '/commands', { cmd: 'sleep 600', pty: { cols: 80, rows: 24 }, background: true })).pid;
   pids.finished = (await json('POST', '/commands', { cmd: 'echo out; echo err >&2', background: true })).pid;
-  pids.ready = (await json('POST', '/commands', { cmd: 'echo up; sleep 600', background: true, ready: { log: '^up$' } })).pid;
-  pids.unready = (await json('POST', '/commands', { cmd: 'sleep 600', background: true, ready: { log: 'never' } })).pid;
+  pids.ready = (await json('POST', '/commands', { cmd: 'echo up; sleep 900', background: true, ready: { log: '^up$' } })).pid;
+  pids.unready = (await json('POST', '/commands', { cmd: 'sleep 900', background: true, ready: { log: 'never' } })).pid;
   pids.endedUnready = (await json('POST', '/commands', { cmd: 'exit 2', background: true, ready: { port: 1 } })).pid;
   // Services: conf runs and prints, doomed is deleted, blocked waits for a dependency that is never ready.
-  await fetch(`${envd.url}/services/conf`, { method: 'PUT', headers: { authorization: `Bearer ${TOKEN}`, 'content-type': 'application/json' }, body: JSON.stringify({ cmd: 'echo hi; sleep 600' }) });
-  await fetch(`${envd.url}/services/doomed`, { method: 'PUT', headers: { authorization: `Bearer ${TOKEN}`, 'content-type': 'application/json' }, body: JSON.stringify({ cmd: 'sleep 600' }) });
-  await fetch(`${envd.url}/services/never`, { method: 'PUT', headers: { authorization: `Bearer ${TOKEN}`, 'content-type': 'application/json' }, body: JSON.stringify({ cmd: 'sleep 600', ready: { log: 'never' } }) });
-  await fetch(`${envd.url}/services/blocked`, { method: 'PUT', headers: { authorization: `Bearer ${TOKEN}`, 'content-type': 'application/json' }, body: JSON.stringify({ cmd: 'sleep 600', depends_on: ['never'] }) });
+  await fetch(`${envd.url}/services/conf`, { method: 'PUT', headers: { authorization: `Bearer ${TOKEN}`, 'content-type': 'application/json' }, body: JSON.stringify({ cmd: 'echo hi; sleep 900' }) });
+  await fetch(`${envd.url}/services/doomed`, { method: 'PUT', headers: { authorization: `Bearer ${TOKEN}`, 'content-type': 'application/json' }, body: JSON.stringify({ cmd: 'sleep 900' }) });
+  await fetch(`${envd.url}/services/never`, { method: 'PUT', headers: { authorization: `Bearer ${TOKEN}`, 'content-type': 'application/json' }, body: JSON.stringify({ cmd: 'sleep 900', ready: { log: 'never' } }) });
+  await fetch(`${envd.url}/services/blocked`, { method: 'PUT', headers: { authorization: `Bearer ${TOKEN}`, 'content-type': 'application/json' }, body: JSON.stringify({ cmd: 'sleep 900', depends_on: ['never'] }) });
   // Generous: on a loaded 2-core CI machine a login shell's start alone can take seconds.
   await waitFor(async () => !(await json('GET', '/commands')).processes.find((p: { pid: number }) => p.pid === pids.finished).running, 90_000, 'the background command to end');
 }, 120_000);
@@ -349,8 +349,8 @@ const CASES: Record<string, () => Case[]> = {
     { name: 'a missing directory', status: 404, query: { path: join(dir, 'missing') } },
   ],
   putService: () => [
-    { name: 'a new service', status: 201, json: { cmd: 'sleep 600', restart: 'always' }, service: 'fresh' },
-    { name: 'the same definition again', status: 200, json: { cmd: 'echo hi; sleep 600' } },
+    { name: 'a new service', status: 201, json: { cmd: 'sleep 900', restart: 'always' }, service: 'fresh' },
+    { name: 'the same definition again', status: 200, json: { cmd: 'echo hi; sleep 900' } },
     { name: 'an unknown restart policy', status: 400, json: { cmd: 'true', restart: 'sometimes' }, service: 'bad' },
     { name: 'a missing dependency', status: 400, json: { cmd: 'true', depends_on: ['ghost'] }, service: 'bad' },
     { name: 'a name with a slash-free dot first', status: 400, json: { cmd: 'true' }, service: '.hidden' },

@@ -32,7 +32,7 @@ function envd(args: string[]): Promise<{ code: number; stdout: string; stderr: s
 
 describe('services through the client and the CLI', () => {
   it('defines, lists, reads and stops a service; logs takes a service name', async () => {
-    const record = await client.services.put('greeter', { cmd: '/bin/sh', args: ['-c', `echo hello; echo oops >&2; sleep 600 # ${marker}`], ready: { log: 'hello' } });
+    const record = await client.services.put('greeter', { cmd: '/bin/sh', args: ['-c', `echo hello; echo oops >&2; sleep 900 # ${marker}`], ready: { log: 'hello' } });
     expect(record).toMatchObject({ name: 'greeter', state: 'starting' });
     await until(server, 'greeter', (r) => r.state === 'ready', 'ready');
     expect((await client.commands.ready(record.pid!)).after_ms).toBeGreaterThanOrEqual(0);

@@ -46,7 +46,7 @@ describe('services across a kill -9 of envd', () => {
     mkdirSync(services);
     // Programs, not command lines: envd runs as root here, and root's login shell on a test machine may be slow (pyenv).
     writeFileSync(join(services, 'web.json'), JSON.stringify({ cmd: 'python3', args: ['-m', 'http.server', '--bind', '127.0.0.1', String(port)], ready: { port }, restart: 'always' }));
-    writeFileSync(join(services, 'worker.json'), JSON.stringify({ cmd: 'sleep', args: ['600'], depends_on: ['web'] }));
+    writeFileSync(join(services, 'worker.json'), JSON.stringify({ cmd: 'sleep', args: ['900'], depends_on: ['web'] }));
     const args = ['--state-dir', join(root, 'state'), '--spool-dir', join(root, 'spool'), '--services-dir', services, '--command-cgroups', 'off'];
     const first = await startEnvdExecutable(args, { ENVD_ACCESS_TOKEN: TOKEN });
     started.push(first);

@@ -41,7 +41,7 @@ afterEach(async () => {
 
 describe('a service', () => {
   it('is defined with 201 and its running record, listed, read, stopped, started and deleted', async () => {
-    const record = await define('web', { cmd: `echo hello; sleep 600 # ${mark('web')}` });
+    const record = await define('web', { cmd: `echo hello; sleep 900 # ${mark('web')}` });
     expect(record).toMatchObject({ name: 'web', state: 'running', restarts: 0, last_exit: null, error: null });
     expect(record.definition.restart).toBeUndefined(); // on-failure by default (docs/api.md)
     expect(record.pid).toBeGreaterThan(0);
@@ -85,7 +85,7 @@ describe('a service', () => {
   });
 
   it('is restarted after kill -9 of its process, within the back-off', async () => {
-    const first = await define('victim', { cmd: `sleep 600 # ${mark('victim')}`, restart: 'on-failure' });
+    const first = await define('victim', { cmd: `sleep 900 # ${mark('victim')}`, restart: 'on-failure' });
     const killedAt = Date.now();
     process.kill(first.pid, 'SIGKILL');
     const again = await until(fixture.server, 'victim', (r) => r.state === 'running' && r.pid !== first.pid, 'running again');
@@ -97,8 +97,8 @@ describe('a service', () => {
   it('starts after its dependency is ready, in order, and a running one restarts when changed', async () => {
     // In /tmp: the service's user writes it (the test's TMPDIR may be root's).
     const flag = `/tmp/envd-svc-db-${process.pid}-${Date.now()}`;
-    await define('db', { cmd: `sleep 0.5; touch ${flag}; echo "db accepting connections"; sleep 600 # ${mark('db')}`, ready: { log: 'accepting connections' } });
-    const app = await define('app', { cmd: `test -e ${flag} && echo "db was up"; sleep 600 # ${mark('app')}`, depends_on: ['db'] });
+    await define('db', { cmd: `sleep 0.5; touch ${flag}; echo "db accepting connections"; sleep 900 # ${mark('db')}`, ready: { log: 'accepting connections' } });
+    const app = await define('app', { cmd: `test -e ${flag} && echo "db was up"; sleep 900 # ${mark('app')}`, depends_on: ['db'] });
     expect(app).toMatchObject({ state: 'waiting', pid: null, error: 'waiting for db' });
     const db = await until(fixture.server, 'db', (r) => r.state === 'ready', 'ready');
     expect(db.ready_after_ms).toBeGreaterThanOrEqual(500);
@@ -107,17 +107,17 @@ describe('a service', () => {
     const logs = await waitForOutput('app', (page) => page.stdout !== '');
     expect(logs.stdout).toBe('db was up\n');
     // The same definition: nothing restarts. A changed one: a new run.
-    expect((await put(fixture.server, 'app', { cmd: `test -e ${flag} && echo "db was up"; sleep 600 # ${mark('app')}`, depends_on: ['db'] }, 200)).pid).toBe(running.pid);
-    const changed = await put(fixture.server, 'app', { cmd: `echo changed; sleep 600 # ${mark('app')}`, depends_on: ['db'] }, 200);
+    expect((await put(fixture.server, 'app', { cmd: `test -e ${flag} && echo "db was up"; sleep 900 # ${mark('app')}`, depends_on: ['db'] }, 200)).pid).toBe(running.pid);
+    const changed = await put(fixture.server, 'app', { cmd: `echo changed; sleep 900 # ${mark('app')}`, depends_on: ['db'] }, 200);
     expect(changed.pid).not.toBe(running.pid);
     expect(changed.state).toBe('running');
     rmSync(flag, { force: true });
   });
 
   it('refuses a cycle, a missing dependency and a bad check with 400, naming them', async () => {
-    await define('a', { cmd: `sleep 600 # ${mark('a')}` });
-    await define('b', { cmd: `sleep 600 # ${mark('b')}`, depends_on: ['a'] });
-    const cycle = await fixture.server.json('PUT', '/services/a', { cmd: 'sleep 600', depends_on: ['b'] });
+    await define('a', { cmd: `sleep 900 # ${mark('a')}` });
+    await define('b', { cmd: `sleep 900 # ${mark('b')}`, depends_on: ['a'] });
+    const cycle = await fixture.server.json('PUT', '/services/a', { cmd: 'sleep 900', depends_on: ['b'] });
     expect(cycle).toEqual({ status: 400, body: { message: 'body/depends_on: a dependency cycle: a → b → a' } });
     expect((await fixture.server.json('PUT', '/services/c', { cmd: 'true', depends_on: ['nope'] })).body.message).toMatch(/no service named "nope"/);
     expect((await fixture.server.json('PUT', '/services/c', { cmd: 'true', depends_on: ['c'] })).body.message).toMatch(/cannot depend on itself/);
@@ -132,7 +132,7 @@ describe('a service', () => {
 
   it('reads the current run\'s output by cursor, and follows it as events', async () => {
     const file = join(tmpdir(), `envd-svc-logs-${process.pid}-${Date.now()}`);
-    await define('talker', { cmd: `echo one; echo err >&2; while [ ! -e ${file} ]; do sleep 0.05; done; echo two; sleep 600 # ${mark('talker')}` });
+    await define('talker', { cmd: `echo one; echo err >&2; while [ ! -e ${file} ]; do sleep 0.05; done; echo two; sleep 900 # ${mark('talker')}` });
     const page = await waitForOutput('talker', (p) => p.stdout === 'one\n' && p.stderr === 'err\n');
     expect(page).toMatchObject({ stdout: 'one\n', stderr: 'err\n', cursor: '4-4', more: false });
     const follow = await fixture.server.call('GET', `/services/talker/logs?follow=1&from=${page.cursor}`);
@@ -154,7 +154,7 @@ describe('a service', () => {
 describe('limits', () => {
   it(`pages logs at ${MAX_LOGS_ANSWER_BYTES} bytes, the cursor taking up exactly where a page stopped`, async () => {
     const size = MAX_LOGS_ANSWER_BYTES + 1000;
-    await define('loud', { cmd: `head -c ${size} /dev/zero | tr '\\0' x; sleep 600 # ${mark('loud')}` });
+    await define('loud', { cmd: `head -c ${size} /dev/zero | tr '\\0' x; sleep 900 # ${mark('loud')}` });
     const first = await waitForOutput('loud', (p) => p.stdout.length === MAX_LOGS_ANSWER_BYTES);
     expect(first).toMatchObject({ more: true, cursor: `${MAX_LOGS_ANSWER_BYTES}-0` });
     const second = await waitForOutput('loud', (p) => p.stdout.length === 1000, { 'last-event-id': first.cursor });
@@ -162,7 +162,7 @@ describe('limits', () => {
   });
 
   it(`takes ${MAX_SERVICES} services and refuses one more with 409`, { timeout: 120_000 }, async () => {
-    await define('gate', { cmd: `sleep 600 # ${mark('gate')}`, ready: { log: 'never' } });
+    await define('gate', { cmd: `sleep 900 # ${mark('gate')}`, ready: { log: 'never' } });
     for (let i = 1; i < MAX_SERVICES; i++) await define(`w${i}`, { cmd: 'true', depends_on: ['gate'] });
     expect((await fixture.server.json('GET', '/services')).body.services).toHaveLength(MAX_SERVICES);
     const refused = await fixture.server.json('PUT', '/services/one-more', { cmd: 'true' });
@@ -177,12 +177,12 @@ describe('boot files', () => {
     const dir = mkdtempSync(join(tmpdir(), 'envd-svc-boot-'));
     try {
       const files: Record<string, unknown> = {
-        base: { cmd: `sleep 0.3; echo up; sleep 600 # ${mark('base')}`, ready: { log: '^up$' } },
-        top: { cmd: `sleep 600 # ${mark('top')}`, depends_on: ['base'] },
-        loop1: { cmd: 'sleep 600', depends_on: ['loop2'] },
-        loop2: { cmd: 'sleep 600', depends_on: ['loop1'] },
-        orphan: { cmd: 'sleep 600', depends_on: ['ghost'] },
-        above: { cmd: 'sleep 600', depends_on: ['orphan'] },
+        base: { cmd: `sleep 0.3; echo up; sleep 900 # ${mark('base')}`, ready: { log: '^up$' } },
+        top: { cmd: `sleep 900 # ${mark('top')}`, depends_on: ['base'] },
+        loop1: { cmd: 'sleep 900', depends_on: ['loop2'] },
+        loop2: { cmd: 'sleep 900', depends_on: ['loop1'] },
+        orphan: { cmd: 'sleep 900', depends_on: ['ghost'] },
+        above: { cmd: 'sleep 900', depends_on: ['orphan'] },
       };
       for (const [name, body] of Object.entries(files)) writeFileSync(join(dir, `${name}.json`), JSON.stringify(body));
       writeFileSync(join(dir, 'broken.json'), '{"cmd": ');
