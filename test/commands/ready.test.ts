@@ -121,6 +121,20 @@ describe('readiness of a command', () => {
     expect(body.message).toMatch(message);
   });
 
+  it('matches a short unfinished line as it grows, and a long one once its newline comes', async () => {
+    const file = `/tmp/envd-ready-partial-${process.pid}-${Date.now()}`;
+    const prompt = await background({ cmd: `printf 'Ready> '; sleep 30 # ${marker('prompt')}`, ready: { log: '^Ready> $' } });
+    expect((await fixture.server.json('GET', `/commands/${prompt}/ready?timeout_ms=20000`)).status).toBe(200);
+    // Past MAX_READY_PARTIAL_CHARS (1 Ki) an unfinished line waits for its newline.
+    const long = await background({ cmd: `printf '%02000d READY' 0; while [ ! -e ${file} ]; do sleep 0.05; done; echo; sleep 30 # ${marker('long')}`, ready: { log: 'READY$' } });
+    expect((await fixture.server.json('GET', `/commands/${long}/ready?timeout_ms=500`)).status).toBe(408);
+    await fixture.server.json('POST', '/commands', { cmd: `touch ${file}` });
+    expect((await fixture.server.json('GET', `/commands/${long}/ready?timeout_ms=20000`)).status).toBe(200);
+    await fixture.server.json('POST', '/commands', { cmd: `rm -f ${file}` });
+    await fixture.server.json('DELETE', `/commands/${prompt}`);
+    await fixture.server.json('DELETE', `/commands/${long}`);
+  });
+
   it('runs a pattern that would backtrack for ever in linear time', async () => {
     const started = Date.now();
     const { status } = await fixture.server.json('POST', '/commands', { cmd: 'printf "%0.sa" $(seq 1 5000); echo b', ready: { log: '^(a+)+$' } });
