@@ -3,15 +3,17 @@
 // no Docker daemon and no network (issue 25 §4):
 //
 //   node rootfs/image-to-template.mjs IMAGE OUTPUT.ext4 [--default-user USER]
-//        [--init auto|systemd|openrc|busybox|envd-init] [--entrypoint] [--size-mib N]
+//        [--init auto|systemd|openrc|busybox|envd-init] [--entrypoint | --entrypoint-once] [--size-mib N]
 //
 // IMAGE is an unpacked root directory, a `docker save` tarball (manifest.json),
 // an OCI image layout tarball (index.json) or a flat root tarball (`docker
 // export`). Layers are applied in order with their whiteouts (.wh.NAME removes
 // NAME, .wh..wh..opq empties its directory); then rootfs/install.sh injects
 // envd and the init (systemd if the image has it, else OpenRC, else envd-init as
-// /sbin/init); --entrypoint has envd start the image's Entrypoint + Cmd once per
-// boot as a tracked command; `mkfs.ext4 -d` makes the image (no loop mount).
+// /sbin/init); --entrypoint writes the image's Entrypoint + Cmd as the service
+// `entrypoint` (/etc/envd/services/entrypoint.json: started at boot, restarted
+// when it fails, issue 39), --entrypoint-once as before (issue 25: started once
+// per boot, --entrypoint-file); `mkfs.ext4 -d` makes the image (no loop mount).
 // Everything happens in a work directory beside OUTPUT, renamed into place at
 // the end: a failure leaves no half-written image. Bad input exits 2.
 import { execFileSync, spawnSync } from 'node:child_process';
@@ -21,12 +23,12 @@ import { InRootError, readFileInRoot, resolveInRoot, writeFileInRoot } from './i
 import { BadInput, installEnvd } from './install.mjs';
 import { applyLayer, LayerError } from './layers.mjs';
 
-const USAGE = 'usage: image-to-template.mjs IMAGE OUTPUT.ext4 [--default-user USER] [--init auto|systemd|openrc|busybox|envd-init] [--entrypoint] [--size-mib N]';
+const USAGE = 'usage: image-to-template.mjs IMAGE OUTPUT.ext4 [--default-user USER] [--init auto|systemd|openrc|busybox|envd-init] [--entrypoint | --entrypoint-once] [--size-mib N]';
 /** An OCI content digest (image-spec descriptor.md): algorithm, then the encoded hash; nothing a path could climb with. */
 const DIGEST = /^[a-z0-9]+(?:[+._-][a-z0-9]+)*:[a-zA-Z0-9=_-]+$/;
 
 function parseArgs(argv) {
-  const options = { defaultUser: undefined, init: 'auto', entrypoint: false, sizeMib: undefined, positional: [] };
+  const options = { defaultUser: undefined, init: 'auto', entrypoint: undefined, sizeMib: undefined, positional: [] };
   for (let i = 0; i < argv.length; i++) {
     const arg = argv[i];
     const value = () => {
@@ -35,7 +37,8 @@ function parseArgs(argv) {
     };
     if (arg === '--default-user') options.defaultUser = value();
     else if (arg === '--init') options.init = value();
-    else if (arg === '--entrypoint') options.entrypoint = true;
+    else if (arg === '--entrypoint') options.entrypoint = 'service';
+    else if (arg === '--entrypoint-once') options.entrypoint = 'once';
     else if (arg === '--size-mib') {
       options.sizeMib = Number(value());
       if (!Number.isInteger(options.sizeMib) || options.sizeMib < 16) throw new BadInput('--size-mib must be a whole number of at least 16');
@@ -122,7 +125,16 @@ function describeImage(unpacked) {
   return undefined;
 }
 
-/** What --entrypoint hands envd: the image's Entrypoint + Cmd, run as its User in its WorkingDir with its Env. */
+/**
+ * --entrypoint: the same as a service (the body of PUT /services/entrypoint): the program and its arguments
+ * run without a shell, restarted when it fails (the default policy, on-failure).
+ */
+function entrypointService(config) {
+  const { args: [cmd, ...args], ...rest } = entrypointOf(config);
+  return { cmd, args, ...rest };
+}
+
+/** What --entrypoint-once hands envd: the image's Entrypoint + Cmd, run as its User in its WorkingDir with its Env. */
 function entrypointOf(config) {
   const c = config.config ?? config.Config ?? {};
   const args = [...(c.Entrypoint ?? []), ...(c.Cmd ?? [])];
@@ -161,7 +173,9 @@ function main() {
       }
     }
     const installed = installEnvd(root, { defaultUser: options.defaultUser, init: options.init }, (line) => process.stdout.write(`image-to-template: ${line}\n`));
-    if (options.entrypoint) {
+    if (options.entrypoint === 'service') {
+      writeFileInRoot(root, '/etc/envd/services/entrypoint.json', `${JSON.stringify(entrypointService(config))}\n`, 0o644);
+    } else if (options.entrypoint === 'once') {
       writeFileInRoot(root, '/etc/envd/entrypoint.json', `${JSON.stringify(entrypointOf(config))}\n`, 0o644);
       writeFileInRoot(root, '/etc/envd/envd.env', `${readFileInRoot(root, '/etc/envd/envd.env')}ENVD_ENTRYPOINT_FILE=/etc/envd/entrypoint.json\n`, 0o644);
     }

@@ -4,6 +4,9 @@ import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import Fastify, { LogController, type FastifyError, type FastifyInstance, type FastifyReply, type FastifyRequest, type FastifyServerOptions } from 'fastify';
 import { bearerToken } from './auth.js';
 import { commandRoutes } from './commands/routes.js';
+import { readyRoutes } from './commands/ready-routes.js';
+import { ServiceManager } from './services/manager.js';
+import { serviceRoutes } from './services/routes.js';
 import { openCgroups, systemLocation, type CgroupMode } from './cgroups/detect.js';
 import { ProcessRegistry } from './commands/registry.js';
 import type { Config } from './config.js';
@@ -59,7 +62,7 @@ export interface AppDeps {
   machine?: MachineOverrides;
 }
 
-export type App = FastifyInstance & { envd: { state: SandboxState; processes: ProcessRegistry; memoryBudget: MemoryBudget; ports: Ports } };
+export type App = FastifyInstance & { envd: { state: SandboxState; processes: ProcessRegistry; memoryBudget: MemoryBudget; ports: Ports; services: ServiceManager } };
 
 const REQUEST_ID = /^[\w.:-]{1,64}$/;
 
@@ -102,7 +105,12 @@ export async function buildApp({ config, logger, state = new SandboxState(config
   if (cgroupMode.mode === 'cgroup') logger.info({ cgroup: cgroupMode.cgroups.commands }, 'commands run in a cgroup v2 each: limits, cgroup.kill, why each ended');
   else logger.info({ why: cgroupMode.why }, 'commands run without cgroups: no limits; kill walks /proc');
   app.addHook('onClose', async () => processes.killAll());
-  const ports = openPorts(config, processes, logger.child({ feature: 'ports' }));
+  // After adoption: a service finds its run among the re-adopted commands. Closed before the commands are
+  // killed (preClose runs first), so a shutdown restarts nothing.
+  const services = ServiceManager.open(config.stateDir, processes, state, logger.child({ feature: 'services' }));
+  app.addHook('preClose', async () => services.close());
+  // A port's service: the service whose current run is the command that holds it.
+  const ports = openPorts(config, processes, logger.child({ feature: 'ports' }), (_pid, commandPid) => (commandPid === null ? null : services.serviceOfCommand(commandPid)));
   app.addHook('onClose', async () => ports.forwarder.enable(false));
 
   app.addHook('onRequest', async (request, reply) => {
@@ -158,11 +166,13 @@ export async function buildApp({ config, logger, state = new SandboxState(config
   await app.register(commandRoutes, { prefix: '/commands', config, state, processes });
   const sessions = await SessionRegistry.open({ processes, state, stateDir: config.stateDir, idleTimeoutMs: config.sessionIdleTimeoutMs, logger: logger.child({ feature: 'sessions' }) });
   await app.register(sessionRoutes, { prefix: '/sessions', sessions });
+  await app.register(readyRoutes, { prefix: '/commands', processes, logger: processes.log });
   await app.register(fileRoutes, { prefix: '/files', config, state, receiver: processes.holderPath });
+  await app.register(serviceRoutes, { prefix: '/services', config, processes, services });
   await app.register(portRoutes, { prefix: '/ports', table: ports.table });
   await internals;
 
-  return Object.assign(app, { envd: { state, processes, memoryBudget, ports } }) as unknown as App;
+  return Object.assign(app, { envd: { state, processes, memoryBudget, ports, services } }) as unknown as App;
 }
 
 function handleError(error: FastifyError | HttpError, request: FastifyRequest, reply: FastifyReply) {
@@ -178,7 +188,7 @@ function handleError(error: FastifyError | HttpError, request: FastifyRequest, r
   reply.type('application/json; charset=utf-8');
   if (error instanceof HttpError) {
     if (error.status >= 500) request.log.error({ err: error.cause ?? error }, error.message);
-    return reply.code(error.status).headers(error.headers).send({ message: error.message });
+    return reply.code(error.status).headers(error.headers).send({ ...error.fields, message: error.message });
   }
   // A failed system call no route mapped itself (EPERM from /sys, EROFS): mapped in the one place, src/errors.ts.
   const mapped = errnoFailure(error);

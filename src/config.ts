@@ -24,6 +24,8 @@ export const DEFAULT_KEEP_FINISHED_SECONDS = 600;
 export const DEFAULT_KEEP_COLLECTED_SECONDS = 0;
 /** What all commands together leave to envd: its idle RSS (~60 MiB) and its 64 MiB budget above it. */
 export const DEFAULT_RESERVE_MEMORY_BYTES = 128 * 1024 * 1024;
+/** Where a template declares its services (issue 39). */
+export const DEFAULT_SERVICES_DIR = '/etc/envd/services';
 
 /** The longest --keep-finished and --keep-collected: a week, and within what a Node timer holds. */
 export const MAX_KEEP_FINISHED_SECONDS = 7 * 24 * 3600;
@@ -78,6 +80,8 @@ export interface Config {
   readonly forwardLoopback: boolean;
   /** Where they are made reachable: these addresses, or (undefined) every non-loopback address of the guest. */
   readonly forwardAddresses: readonly string[] | undefined;
+  /** The template's services (NAME.json each), started once per boot in dependency order. */
+  readonly servicesDir: string;
   readonly logLevel: LogLevel;
 }
 
@@ -127,6 +131,8 @@ Options (each also read from the environment variable shown):
                                                       on the guest's other addresses, same port (default on)
   --forward-address <addr>    ENVD_FORWARD_ADDRESS    where (repeatable; the variable comma-separated; default every
                                                       non-loopback address of the guest)
+  --services-dir <path>       ENVD_SERVICES_DIR       the template's services, NAME.json each (the body of PUT /services/NAME),
+                                                      started once per boot in dependency order (default /etc/envd/services)
   --log-level <level>         ENVD_LOG_LEVEL          ${LOG_LEVELS.join('|')} (default info)
   --help                      print this help and exit
   --version                   print the version and exit
@@ -149,6 +155,7 @@ const OPTIONS = {
   'keep-collected': { type: 'string', env: 'ENVD_KEEP_COLLECTED' },
   'session-idle-timeout': { type: 'string', env: 'ENVD_SESSION_IDLE_TIMEOUT' },
   'entrypoint-file': { type: 'string', env: 'ENVD_ENTRYPOINT_FILE' },
+  'services-dir': { type: 'string', env: 'ENVD_SERVICES_DIR' },
   'reserve-memory': { type: 'string', env: 'ENVD_RESERVE_MEMORY' },
   'command-cgroups': { type: 'string', env: 'ENVD_COMMAND_CGROUPS' },
   'forward-loopback': { type: 'string', env: 'ENVD_FORWARD_LOOPBACK' },
@@ -234,6 +241,8 @@ export function parseCli(argv: string[], env: NodeJS.ProcessEnv): CliAction {
   const forwardEnv = env.ENVD_FORWARD_ADDRESS?.split(',').map((address) => address.trim()).filter(Boolean);
   const forwardAddresses = forwardFlags ?? (forwardEnv && forwardEnv.length > 0 ? forwardEnv : undefined);
   problems.push(...checkForwardAddresses(forwardAddresses ?? []));
+  const servicesDir = read('services-dir') ?? DEFAULT_SERVICES_DIR;
+  if (!isAbsolute(servicesDir)) problems.push(`${describe('services-dir')} must be an absolute path, got ${JSON.stringify(servicesDir)}`);
 
   const host = read('host') ?? '0.0.0.0';
   if (host.trim() === '') problems.push(`${describe('host')} must not be empty`);
@@ -278,6 +287,7 @@ export function parseCli(argv: string[], env: NodeJS.ProcessEnv): CliAction {
       keepCollectedMs: keepCollected! * 1000,
       sessionIdleTimeoutMs: sessionIdle! * 1000,
       entrypointFile,
+      servicesDir,
       reserveMemoryBytes: reserveMemory!,
       commandCgroups: commandCgroups as 'auto' | 'off',
       forwardLoopback: forwardLoopback === 'on',

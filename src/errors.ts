@@ -9,15 +9,18 @@ export const ErrorSchema = Type.Object({ message: Type.String({ description: 'Wh
  */
 export class HttpError extends Error {
   readonly headers: Record<string, string>;
+  /** Fields the answer carries beside `message` (a 409 of GET /commands/{pid}/ready: the exit's fields). */
+  readonly fields: Record<string, unknown>;
 
   constructor(
     readonly status: number,
     message: string,
-    options?: { cause?: unknown; headers?: Record<string, string> },
+    options?: { cause?: unknown; headers?: Record<string, string>; fields?: Record<string, unknown> },
   ) {
     super(message, options);
     this.name = 'HttpError';
     this.headers = options?.headers ?? {};
+    this.fields = options?.fields ?? {};
   }
 }
 

@@ -11,7 +11,7 @@ declare const ENVD_OPENAPI_JSON: string;
 const SHUTDOWN_DEADLINE_MS = 5_000;
 
 /** The client verbs (src/cli): they load neither fastify nor pino, so they start fast. */
-const CLIENT_VERBS = new Set(['exec', 'ps', 'attach', 'logs', 'kill', 'cat', 'ls', 'cp', 'watch', 'grep', 'find', 'snapshot', 'ports', 'session', 'completion']);
+const CLIENT_VERBS = new Set(['exec', 'ps', 'attach', 'logs', 'kill', 'cat', 'ls', 'cp', 'watch', 'grep', 'find', 'snapshot', 'ports', 'session', 'services', 'completion']);
 
 async function main(): Promise<void> {
   const verb = process.argv[2];
@@ -97,6 +97,8 @@ async function main(): Promise<void> {
   startMemoryReclaim(mallocTrimmer(config.stateDir, logger));
   paceCollectorForTransfers();
   warnIfStateDirNotTmpfs(config.stateDir, logger);
+  const { bootServicesOnce } = await import('./services/boot-files.js');
+  bootServicesOnce(config.servicesDir, config.stateDir, app.envd.services, logger.child({ feature: 'services' }));
   if (config.entrypointFile) await startEntrypoint(config.entrypointFile, config.stateDir, app.envd.state, app.envd.processes, logger.child({ feature: 'entrypoint' }));
   logger.info({ version: VERSION, host: config.host, port: config.port, initialised: app.envd.state.token.isSet }, 'envd ready');
 }

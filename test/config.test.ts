@@ -31,7 +31,7 @@ describe('parseCli', () => {
       host: '0.0.0.0', port: 49983, accessToken: undefined, accessTokenFile: undefined, defaultUser: undefined,
       defaultWorkdir: undefined, maxOutputBytes: DEFAULT_MAX_OUTPUT_BYTES, logLevel: 'info', directOutput: true,
       outputMemoryBytes: 33554432, clientMemoryBytes: 52 * 1024 * 1024, maxSpoolBytes: 1073741824, keepFinishedMs: 600_000, keepCollectedMs: 0, sessionIdleTimeoutMs: 0, ...defaultDirs(process.getuid!(), {}),
-      entrypointFile: undefined, reserveMemoryBytes: 128 * 1024 * 1024, commandCgroups: 'auto',
+      entrypointFile: undefined, servicesDir: '/etc/envd/services', reserveMemoryBytes: 128 * 1024 * 1024, commandCgroups: 'auto',
       forwardLoopback: true, forwardAddresses: undefined,
     });
     expect(DEFAULT_MAX_OUTPUT_BYTES).toBe(67108864);

@@ -8,6 +8,7 @@ import { portVerbs } from './ports-verbs.js';
 import { searchVerbs } from './search-verbs.js';
 import { snapshotVerbs } from './snapshot-verbs.js';
 import { sessionVerbs } from './session-verbs.js';
+import { serviceLogs, serviceVerbs } from './services-verbs.js';
 import { bytesWanted, follow, type Followed } from './output.js';
 
 export { UsageError };
@@ -141,6 +142,8 @@ const attach: Verb = async (argv, common) => {
 const logs: Verb = async (argv, common) => {
   const { values, positionals } = parse('logs', argv, { follow: { type: 'boolean', short: 'f' }, from: { type: 'string' } });
   if (values.help) return help('logs', common);
+  // A name, not a pid: a service's current run (src/cli/services-verbs.ts).
+  if (positionals[0] !== undefined && !/^\d+$/.test(positionals[0])) return serviceLogs(positionals[0], values, common);
   const pid = pidOf('logs', positionals[0]);
   const from = values.from as string | undefined;
   if (from !== undefined && !/^\d{1,15}-\d{1,15}$/.test(from)) throw new UsageError(`logs: --from takes an id as attach and logs print it (<stdout bytes>-<stderr bytes>), got ${JSON.stringify(from)}`);
@@ -205,4 +208,4 @@ const watch: Verb = async (argv, common) => {
   return 0;
 };
 
-export const verbs: Record<string, Verb> = { exec, ps, attach, logs, kill, cat, ls, cp, watch, ...searchVerbs, ...snapshotVerbs, ...portVerbs, ...sessionVerbs };
+export const verbs: Record<string, Verb> = { exec, ps, attach, logs, kill, cat, ls, cp, watch, ...searchVerbs, ...snapshotVerbs, ...portVerbs, ...sessionVerbs, ...serviceVerbs };

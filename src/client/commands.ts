@@ -113,6 +113,11 @@ export class Commands {
     return this.http.json('GET', `/commands/${pid}/wait`, { query, signal: options.signal });
   }
 
+  /** GET /commands/{pid}/ready: `after_ms` once ready (408 EnvdError past `timeout_ms`; 409 if it ended first). */
+  ready(pid: number, query: { timeout_ms?: number } = {}, options: CallOptions = {}): Promise<{ after_ms: number }> {
+    return this.http.json('GET', `/commands/${pid}/ready`, { query, signal: options.signal });
+  }
+
   /** GET /commands: the tracked commands (`finished: true` also lists collected ones). */
   async list(query: { finished?: boolean } = {}, options: CallOptions = {}): Promise<ProcessInfo[]> {
     return (await this.http.json<Static<typeof ProcessList>>('GET', '/commands', { query, signal: options.signal })).processes;

@@ -6,12 +6,14 @@ import { Ports } from './ports.js';
 import { SearchFiles } from './search.js';
 import { Snapshot } from './snapshot.js';
 import { Sessions } from './sessions.js';
+import { Services } from './services.js';
 
 export { EnvdError, type CallOptions, type ClientOptions } from './http.js';
 export type { CommandEvent, CommandResult, ExitInfo, ProcessInfo, SignalName, StartBody, StreamBody, StreamOptions } from './commands.js';
 export type { FileEntry, WatchEvent } from './files.js';
 export type { PortEvent, PortInfo } from './ports.js';
 export type { Session, SessionEvent, SessionInfo, SessionResult } from './sessions.js';
+export type { ServiceDefinition, ServiceLogsPage, ServiceRecord } from './services.js';
 export { parseSse, type SseEvent } from './sse.js';
 export type { PrepareRequest, PrepareResult, ThawResult } from './snapshot.js';
 export type { EditRequest, FindRequest, FoundEntry, SearchMatch, SearchRequest, SearchSummary } from './search.js';
@@ -29,6 +31,8 @@ export class EnvdClient {
   readonly ports: Ports;
   /** Shells whose state carries from one command to the next. */
   readonly sessions: Sessions;
+  /** Supervised commands: define, control, read their output. */
+  readonly services: Services;
   /** The base URL (no trailing slash) and token this client was made with. */
   readonly baseUrl: string;
   readonly token: string | undefined;
@@ -44,5 +48,6 @@ export class EnvdClient {
     this.snapshot = new Snapshot(http);
     this.ports = new Ports(http);
     this.sessions = new Sessions(http);
+    this.services = new Services(http);
   }
 }

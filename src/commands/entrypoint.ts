@@ -1,6 +1,7 @@
 import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Logger } from 'pino';
+import type { Limits } from '../cgroups/limits.js';
 import type { SandboxState } from '../sandbox-state.js';
 import { findUser, type UnixUser } from '../users.js';
 import type { ProcessRegistry } from './registry.js';
@@ -18,6 +19,8 @@ interface Entrypoint {
   user?: string;
   cwd?: string;
   envs?: Record<string, string>;
+  /** A service's limits (src/services): the entrypoint file has none. */
+  limits?: Limits;
 }
 
 /** Marks, in the state dir (tmpfs: cleared by a reboot, kept across envd restarts), that this boot started it. */
@@ -49,9 +52,12 @@ export async function startEntrypoint(file: string, stateDir: string, state: San
   }
 }
 
-/** The command, as the entrypoint's user: by name, or by a uid that /etc/passwd may not know. */
-async function prepareEntrypoint(program: string, args: string[], entrypoint: Entrypoint, state: SandboxState): Promise<PreparedCommand> {
-  const request = { cmd: program, args, cwd: entrypoint.cwd, envs: entrypoint.envs };
+/**
+ * The command, as the entrypoint's user: by name, or by a uid that /etc/passwd may not know. `args`
+ * undefined: `program` is a command line for the shell (a service's `cmd` without `args`).
+ */
+export async function prepareEntrypoint(program: string, args: string[] | undefined, entrypoint: Omit<Entrypoint, 'args'>, state: SandboxState): Promise<PreparedCommand> {
+  const request = { cmd: program, args, cwd: entrypoint.cwd, envs: entrypoint.envs, limits: entrypoint.limits };
   if (entrypoint.user === undefined) return prepareCommand(request, state);
   const [who = '', group] = entrypoint.user.split(':');
   const named = NUMERIC.test(who) ? await userWithUid(Number(who)) : await findUser(who);

@@ -34,6 +34,8 @@ import { commandResult } from './result.js';
 import { resumeCursor } from './resume.js';
 import { prepareCommand } from './spawn.js';
 import { streamProcess } from './sse.js';
+import { checkReadyCheck } from './ready-probes.js';
+import { watchReadiness } from './readiness.js';
 import { stdinBytes, StdinBytes } from './stdin.js';
 import type { TrackedProcess } from './tracked-process.js';
 import { RESERVE_BYTES } from '../memory-budget.js';
@@ -77,9 +79,11 @@ export const commandRoutes: FastifyPluginAsyncTypebox<CommandRoutesOptions> = as
       },
     },
     async (request, reply) => {
-      const { background = false, timeout } = request.body;
+      const { background = false, timeout, ready, ready_timeout_ms: readyTimeoutMs } = request.body;
+      checkReadyCheck(ready, readyTimeoutMs);
       const prepared = await prepareCommand(request.body, state);
       const proc = await processes.start(prepared, { background, timeoutMs: timeoutMs(timeout) });
+      if (ready) watchReadiness(proc, ready, { timeoutMs: readyTimeoutMs, logger: processes.log });
       if (background) return { pid: proc.pid };
 
       // A foreground command belongs to its request: no client, no command.
@@ -103,14 +107,19 @@ export const commandRoutes: FastifyPluginAsyncTypebox<CommandRoutesOptions> = as
     { config: { memory: { part: 'streams', bytes: RESERVE_BYTES.stream } }, schema: { summary: 'Run a command and stream its output as server-sent events', body: StreamBody, response: { 200: EventStream, ...errors } } },
     async (request, reply) => {
       // Everything that can fail with a JSON error happens before the stream starts.
+      const { ready, ready_timeout_ms: readyTimeoutMs } = request.body;
+      checkReadyCheck(ready, readyTimeoutMs);
       const prepared = await prepareCommand(request.body, state);
       const proc = await processes.start(prepared, { background: false, timeoutMs: timeoutMs(request.body.timeout), streamed: true });
+      // Its stream gets a `ready` event once the command is.
+      const readiness = ready && watchReadiness(proc, ready, { timeoutMs: readyTimeoutMs, guardStream: true, logger: processes.log });
+      const onStarted = readiness ? (write: (event: string, data: unknown) => void) => void readiness.whenSettled((outcome) => outcome.ready && write('ready', { after_ms: outcome.afterMs })) : undefined;
       // The stream owns the command: collected once its `exit` event went out whole. A stream its client cut
       // leaves the command uncollected (killed, kept for --keep-finished), so that the client can resume it.
       const delivered = new Promise<boolean>((resolve) => reply.raw.once('close', () => resolve(reply.raw.writableFinished)));
       // Whole is "handed to the kernel": the client's reconnect may still resume it for a while (STREAM_RESUME_MS).
       void Promise.all([proc.finished, delivered]).then(([, whole]) => whole && processes.collect(proc, true));
-      await streamProcess(request, reply, proc, { killOnDisconnect: true, lendSocket: config.directOutput, bytes: request.body.encoding === 'base64' });
+      await streamProcess(request, reply, proc, { killOnDisconnect: true, lendSocket: config.directOutput, bytes: request.body.encoding === 'base64', onStarted });
     },
   );
 

@@ -1,6 +1,7 @@
 import { Type, type Static } from '@sinclair/typebox';
 import { Limits } from '../cgroups/limits.js';
 import { ErrorSchema } from '../errors.js';
+import { ReadyAnswer, readyFields } from './ready-schemas.js';
 
 /** setTimeout holds at most 2^31-1 ms; a longer timeout would fire at once, so it is refused instead. */
 export const MAX_TIMEOUT_SECONDS = Math.floor((2 ** 31 - 1) / 1000);
@@ -29,6 +30,7 @@ const commandFields = {
   timeout: Type.Optional(Type.Number({ minimum: 0, maximum: MAX_TIMEOUT_SECONDS, description: 'Seconds; 0 or absent means none. On expiry the whole tree gets SIGKILL' })),
   user: Type.Optional(Type.String({ minLength: 1, description: 'Unix user; default: default_user' })),
   limits: Type.Optional(Limits),
+  ...readyFields,
 };
 
 /** Why a command ended (docs/api.md, "Why it ended"). */
@@ -199,4 +201,4 @@ export const TruncatedEvent = Type.Object(
   { title: 'TruncatedEvent', description: 'Output that was not kept (past the cap or the budgets) and is missing at this point' },
 );
 /** `error` ends a stream that cannot go on (envd lost the command's holder, or its kept output cannot be read): attach again from the last id. */
-export const CommandEvents = { start: StartEvent, stdout: OutputEvent, stderr: OutputEvent, truncated: TruncatedEvent, exit: ExitInfo, error: ErrorSchema };
+export const CommandEvents = { start: StartEvent, ready: ReadyAnswer, stdout: OutputEvent, stderr: OutputEvent, truncated: TruncatedEvent, exit: ExitInfo, error: ErrorSchema };

@@ -64,7 +64,20 @@ export async function streamProcess(
   request: FastifyRequest,
   reply: FastifyReply,
   proc: TrackedProcess,
-  { killOnDisconnect, lendSocket, from = { stdout: 0, stderr: 0 }, bytes = false }: { killOnDisconnect: boolean; lendSocket: boolean; from?: StreamOffsets; bytes?: boolean },
+  {
+    killOnDisconnect,
+    lendSocket,
+    from = { stdout: 0, stderr: 0 },
+    bytes = false,
+    onStarted,
+  }: {
+    killOnDisconnect: boolean;
+    lendSocket: boolean;
+    from?: StreamOffsets;
+    bytes?: boolean;
+    /** Hook: gets a writer of extra whole events (the `ready` event, src/commands/readiness.ts) once the stream is under way. */
+    onStarted?: (write: (event: string, data: unknown) => void) => void;
+  },
 ): Promise<void> {
   const headers = stringHeaders(reply);
   reply.hijack();
@@ -103,6 +116,10 @@ export async function streamProcess(
   subscriber = new SseSubscriber(session, res, proc, request.log, lendSocket && !bytes, from, proc.resumable, bytes);
   subscriber.write('start', { pid: proc.pid });
   proc.subscribe(subscriber);
+  const own = subscriber;
+  onStarted?.((event, data) => {
+    if (!res.writableEnded && !res.destroyed) own.write(event, data);
+  });
 }
 
 /**

@@ -55,9 +55,11 @@ function describeOperation(operation: JsonObject, doc: OperationDoc): void {
     response.headers = headerObjects(headers);
   }
   if (doc.events) {
+    // A route that also answers JSON without streaming (GET /services/{name}/logs) keeps that content.
+    const others = Object.entries((operation.responses['200']?.content ?? {}) as JsonObject).filter(([type]) => type !== 'text/event-stream');
     operation.responses['200'] = {
       description: doc.events.success,
-      content: { 'text/event-stream': { schema: { type: 'string', description: EVENT_STREAM_TEXT + doc.events.framing }, 'x-events': doc.events.data } },
+      content: { ...Object.fromEntries(others), 'text/event-stream': { schema: { type: 'string', description: EVENT_STREAM_TEXT + doc.events.framing }, 'x-events': doc.events.data } },
     };
   }
 }

@@ -72,7 +72,7 @@ const PORTS_STREAM: EventStream = {
     'within ~100 ms of it. Events carry no `id:` and no `retry:` is sent: a new watch\'s `ready` says what is open.',
 };
 
-export type Tag = 'lifecycle' | 'commands' | 'sessions' | 'files' | 'ports';
+export type Tag = 'lifecycle' | 'commands' | 'sessions' | 'files' | 'ports' | 'services';
 
 export const TAGS: { name: Tag; description: string }[] = [
   { name: 'lifecycle', description: 'Health, /init (token, envs, defaults, clock, a fork\'s identity), snapshot prepare and thaw, metrics and this document' },
@@ -80,6 +80,7 @@ export const TAGS: { name: Tag; description: string }[] = [
   { name: 'sessions', description: 'Shells whose state (cwd, variables, functions, options) carries from one command to the next' },
   { name: 'files', description: 'Read, write, upload, download, archive, list, move, remove and watch files' },
   { name: 'ports', description: 'Listening ports of the guest, who holds them, and their changes as they happen' },
+  { name: 'services', description: 'Supervised commands: restart policies with back-off, readiness, dependencies, boot files' },
 ];
 
 interface RequestHeader {
@@ -161,6 +162,7 @@ export const OPERATIONS: Record<string, OperationDoc> = {
     headers: [RANGE],
     responseHeaders: { 200: [...KEPT, ...PARTIAL('kept output')], 206: [...KEPT, ...PARTIAL('kept output')], 416: UNSATISFIABLE },
   },
+  'GET /commands/{pid}/ready': { operationId: 'waitCommandReady', tag: 'commands', errors: [404, 408, 409] },
   'GET /commands/{pid}/wait': { operationId: 'waitCommand', tag: 'commands', errors: [408] },
   'POST /commands/{pid}/stdin': { operationId: 'writeCommandStdin', tag: 'commands', errors: [404, 409, 413] },
   'DELETE /commands/{pid}/stdin': { operationId: 'closeCommandStdin', tag: 'commands', errors: [404, 409] },
@@ -199,4 +201,20 @@ export const OPERATIONS: Record<string, OperationDoc> = {
 
   'GET /ports': { operationId: 'listPorts', tag: 'ports' },
   'GET /ports/watch': { operationId: 'watchPorts', tag: 'ports', responseHeaders: RETRY, events: PORTS_STREAM },
+
+  'PUT /services/{name}': { operationId: 'putService', tag: 'services', errors: [...COMMAND_START] },
+  'GET /services': { operationId: 'listServices', tag: 'services' },
+  'GET /services/{name}': { operationId: 'getService', tag: 'services', errors: [404] },
+  'DELETE /services/{name}': { operationId: 'deleteService', tag: 'services', errors: [404] },
+  'POST /services/{name}/start': { operationId: 'startService', tag: 'services', errors: [404, 409] },
+  'POST /services/{name}/stop': { operationId: 'stopService', tag: 'services', errors: [404] },
+  'POST /services/{name}/restart': { operationId: 'restartService', tag: 'services', errors: [404, 409] },
+  'GET /services/{name}/logs': {
+    operationId: 'getServiceLogs',
+    tag: 'services',
+    errors: [404, 409, 416],
+    headers: [{ name: 'Last-Event-ID', description: 'Start after this cursor (`<stdout bytes>-<stderr bytes>`); `?from=` wins over it' }],
+    responseHeaders: RETRY,
+    events: { ...COMMAND_STREAM, success: 'JSON page of the run\'s output from the cursor; with follow=1, its events until the run ends' },
+  },
 };

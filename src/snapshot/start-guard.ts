@@ -4,9 +4,9 @@ import type { SnapshotControl } from './snapshot-control.js';
 
 /**
  * The routes that start a command (its cgroup would be born inside the frozen parent), or run one in a
- * session's frozen shell (it would wait, silent, until its timeout).
+ * session's frozen shell (it would wait, silent, until its timeout); a service's start is one too.
  */
-const STARTS = new Set(['POST /commands', 'POST /commands/stream', 'POST /sessions', 'POST /sessions/:id/commands', 'POST /sessions/:id/commands/stream']);
+const STARTS = new Set(['POST /commands', 'POST /commands/stream', 'POST /sessions', 'POST /sessions/:id/commands', 'POST /sessions/:id/commands/stream', 'PUT /services/:name', 'POST /services/:name/start', 'POST /services/:name/restart']);
 
 /**
  * A preHandler for the whole app: while prepare holds the commands frozen, a

@@ -35,9 +35,9 @@ const calls: Record<string, (c: EnvdClient) => Promise<unknown>> = {
   // The in-process server's machine refuses the sync (test/helpers/server.ts): a 500 after the fields were sent, nothing frozen.
   'POST /snapshot/prepare': (c) => c.snapshot.prepare({ freeze: 'none', fsfreeze: false, drop_caches: false, max_wait_ms: 0, thaw_after_ms: 1000 }),
   'POST /snapshot/thaw': (c) => c.snapshot.thaw(),
-  'POST /commands': (c) => c.commands.start({ cmd: 'cat', args: [], cwd: '/', envs: {}, timeout: 5, user: 'root', stdin: true, pty: { cols: 80, rows: 24 }, limits: {} }),
+  'POST /commands': (c) => c.commands.start({ cmd: 'cat', args: [], cwd: '/', envs: {}, timeout: 5, user: 'root', stdin: true, pty: { cols: 80, rows: 24 }, limits: {}, ready: { port: 1 }, ready_timeout_ms: 100 }),
   'POST /commands/stream': async (c) => {
-    for await (const _ of c.commands.stream({ cmd: 'true', args: [], cwd: '/', envs: {}, timeout: 5, user: 'root', pty: { cols: 80, rows: 24 }, limits: {}, encoding: 'base64' }));
+    for await (const _ of c.commands.stream({ cmd: 'true', args: [], cwd: '/', envs: {}, timeout: 5, user: 'root', pty: { cols: 80, rows: 24 }, limits: {}, encoding: 'base64', ready: { log: 'x' }, ready_timeout_ms: 100 }));
   },
   'GET /commands/{pid}/stats': (c) => c.commands.stats(1),
   'GET /commands': (c) => c.commands.list({ finished: true }),
@@ -46,6 +46,19 @@ const calls: Record<string, (c: EnvdClient) => Promise<unknown>> = {
   },
   'GET /commands/{pid}/output': (c) => c.commands.output(1, { stream: 'stdout', from: 0, limit: 1 }),
   'GET /commands/{pid}/wait': (c) => c.commands.wait(1, { timeout_ms: 1 }),
+  'GET /commands/{pid}/ready': (c) => c.commands.ready(1, { timeout_ms: 1 }),
+  'PUT /services/{name}': (c) =>
+    c.services.put('contract', { cmd: 'true', args: [], user: 'root', cwd: '/', envs: {}, restart: 'no', depends_on: [], limits: {}, ready: { port: 1 }, ready_timeout_ms: 100 }),
+  'GET /services': (c) => c.services.list(),
+  'GET /services/{name}': (c) => c.services.get('contract'),
+  'POST /services/{name}/start': (c) => c.services.control('contract', 'start'),
+  'POST /services/{name}/stop': (c) => c.services.control('contract', 'stop'),
+  'POST /services/{name}/restart': (c) => c.services.control('contract', 'restart'),
+  'GET /services/{name}/logs': async (c) => {
+    await c.services.logs('contract', { from: '0-0' }).catch(() => undefined);
+    for await (const _ of c.services.follow('contract', { from: '0-0', encoding: 'base64' }));
+  },
+  'DELETE /services/{name}': (c) => c.services.delete('contract'),
   'POST /commands/{pid}/stdin': async (c) => {
     await c.commands.sendStdin(1, 'x').catch(() => undefined);
     await c.commands.sendStdin(1, new Uint8Array([0, 255]));

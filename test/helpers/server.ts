@@ -40,6 +40,7 @@ export function testConfig(overrides: Partial<Config> = {}): Config {
     // Placeholders that cannot be created (under a file): startServer gives every server its own
     // temporary directories, and an app built from testConfig() alone fails instead of writing real paths.
     stateDir: '/dev/null/state',
+    servicesDir: '/dev/null/services',
     spoolDir: '/dev/null/spool',
     directOutput: true,
     keepFinishedMs: DEFAULT_KEEP_FINISHED_SECONDS * 1000,

@@ -82,6 +82,7 @@ export async function everyRoute(baseUrl: string, token: string, dir: string): P
   const outputBytes: number | undefined = output.data?.byteLength;
   // After attach and output: a wait collects the command, and a collected command is forgotten.
   const waited: CommandResult | undefined = note('GET /commands/{pid}/wait', await client.GET('/commands/{pid}/wait', { params: { path: { pid }, query: { timeout_ms: 120000 } } })).data;
+  const readyAfter: number | undefined = note('GET /commands/{pid}/ready', await client.GET('/commands/{pid}/ready', { params: { path: { pid: ptyPid }, query: { timeout_ms: 1000 } } })).data?.after_ms;
   note('POST /commands/{pid}/resize', await client.POST('/commands/{pid}/resize', { params: { path: { pid: ptyPid } }, body: { cols: 100, rows: 30 } }));
   note('POST /commands/{pid}/signal', await client.POST('/commands/{pid}/signal', { params: { path: { pid: ptyPid } }, body: { signal: 'SIGCONT' } }));
   const killed: boolean | undefined = note('DELETE /commands/{pid}', await client.DELETE('/commands/{pid}', { params: { path: { pid: ptyPid } } })).data?.killed;
@@ -116,11 +117,20 @@ export async function everyRoute(baseUrl: string, token: string, dir: string): P
   const portsWatched = await text(note('GET /ports/watch', await client.GET('/ports/watch', { parseAs: 'stream' })).response.body, false);
   const removed: boolean | undefined = note('DELETE /files', await client.DELETE('/files', { params: { query: { path: dir + '/d' } } })).data?.removed;
 
+  const defined: string | undefined = note('PUT /services/{name}', await client.PUT('/services/{name}', { params: { path: { name: 'svc' } }, body: { cmd: 'echo served; sleep 900', ready: { log: 'served' } } })).data?.state;
+  const services: number | undefined = note('GET /services', await client.GET('/services')).data?.services.length;
+  note('GET /services/{name}', await client.GET('/services/{name}', { params: { path: { name: 'svc' } } }));
+  note('POST /services/{name}/stop', await client.POST('/services/{name}/stop', { params: { path: { name: 'svc' } } }));
+  note('POST /services/{name}/start', await client.POST('/services/{name}/start', { params: { path: { name: 'svc' } } }));
+  note('POST /services/{name}/restart', await client.POST('/services/{name}/restart', { params: { path: { name: 'svc' } } }));
+  note('GET /services/{name}/logs', await client.GET('/services/{name}/logs', { params: { path: { name: 'svc' }, query: { from: '0-0' }, header: { 'Last-Event-ID': '0-0' } } }));
+  const deleted: boolean | undefined = note('DELETE /services/{name}', await client.DELETE('/services/{name}', { params: { path: { name: 'svc' } } })).data?.deleted;
+
   const exit: ExitEvent = { exit_code: 0, reason: 'exited' };
   const change: WatchChangeEvent = { type: 'create', path: dir };
   return {
     statuses,
-    values: { version, envs, cpus, doc, tookMs, thawedBy, sessionRun, sessionStreamed, sessions, sessionEnded, result, failure, streamed, listed, stats, waited, attached, kept, outputBytes, killed, uploaded, range, read, lines, searched, found, edited, exists, info, extracted, entries, moved, made, watched, ports, portsWatched, removed, exit, change },
+    values: { version, envs, cpus, doc, tookMs, thawedBy, sessionRun, sessionStreamed, sessions, sessionEnded, result, failure, streamed, listed, stats, waited, readyAfter, defined, services, deleted, attached, kept, outputBytes, killed, uploaded, range, read, lines, searched, found, edited, exists, info, extracted, entries, moved, made, watched, ports, portsWatched, removed, exit, change },
   };
 }
 `;
@@ -196,6 +206,10 @@ describe('a client generated from the OpenAPI document', () => {
         waited: { stdout: 'input', exit_code: 0 },
         outputBytes: 2,
         kept: '5',
+        readyAfter: 0,
+        defined: 'starting',
+        services: 1,
+        deleted: true,
         killed: true,
         uploaded: '039058c6f2c0cb492c533b0a4d14ef77cc0f78abccced5287d84a1a2011cfb81',
         range: 'bytes 0-1/3',

@@ -30,6 +30,8 @@ interface Request {
   pid?: number;
   /** A session id for {id}; the shared live session unless given. */
   id?: string;
+  /** A service's name in /services/{name} paths (default conf). */
+  service?: string;
   query?: Record<string, string | undefined>;
   headers?: Record<string, string>;
   json?: unknown;
@@ -65,7 +67,7 @@ const validators = new Map<unknown, ValidateFunction>();
 const seen = new Map<string, Set<'positive' | 'negative'>>();
 
 /** Pids the cases share: a sleeper with stdin, one without, a pty, a finished background command. */
-const pids = { sleeper: 0, closed: 0, pty: 0, finished: 0, untracked: 9_999_999 };
+const pids = { sleeper: 0, closed: 0, pty: 0, finished: 0, ready: 0, unready: 0, endedUnready: 0, untracked: 9_999_999 };
 /** Sessions the cases share: a live one, one to end, one ended, and an id never given out. */
 const sessions = { live: '', toEnd: '', ended: '', unknown: '00000000-0000-4000-8000-000000000000' };
 
@@ -96,6 +98,14 @@ beforeAll(async () => {
     sessions[name] = ((await response.json()) as { id: string }).id;
   }
   await json('POST', `/sessions/${sessions.ended}/commands`, { cmd: 'exit 0' });
+  pids.ready = (await json('POST', '/commands', { cmd: 'echo up; sleep 900', background: true, ready: { log: '^up$' } })).pid;
+  pids.unready = (await json('POST', '/commands', { cmd: 'sleep 900', background: true, ready: { log: 'never' } })).pid;
+  pids.endedUnready = (await json('POST', '/commands', { cmd: 'exit 2', background: true, ready: { port: 1 } })).pid;
+  // Services: conf runs and prints, doomed is deleted, blocked waits for a dependency that is never ready.
+  await fetch(`${envd.url}/services/conf`, { method: 'PUT', headers: { authorization: `Bearer ${TOKEN}`, 'content-type': 'application/json' }, body: JSON.stringify({ cmd: 'echo hi; sleep 900' }) });
+  await fetch(`${envd.url}/services/doomed`, { method: 'PUT', headers: { authorization: `Bearer ${TOKEN}`, 'content-type': 'application/json' }, body: JSON.stringify({ cmd: 'sleep 900' }) });
+  await fetch(`${envd.url}/services/never`, { method: 'PUT', headers: { authorization: `Bearer ${TOKEN}`, 'content-type': 'application/json' }, body: JSON.stringify({ cmd: 'sleep 900', ready: { log: 'never' } }) });
+  await fetch(`${envd.url}/services/blocked`, { method: 'PUT', headers: { authorization: `Bearer ${TOKEN}`, 'content-type': 'application/json' }, body: JSON.stringify({ cmd: 'sleep 900', depends_on: ['never'] }) });
   // Generous: on a loaded 2-core CI machine a login shell's start alone can take seconds.
   await waitFor(async () => !(await json('GET', '/commands')).processes.find((p: { pid: number }) => p.pid === pids.finished).running, 90_000, 'the background command to end');
   if (canMountFuse) {
@@ -137,7 +147,7 @@ function valid(schema: unknown, value: unknown, what: string): void {
 
 /** Sends one request and checks the answer against the operation's declared statuses and schemas. */
 async function exchange(op: Operation, request: Request): Promise<{ status: number; body: unknown }> {
-  const url = new URL(envd.url + op.template.replace('{pid}', String(request.pid ?? pids.untracked)).replace('{id}', request.id ?? sessions.live));
+  const url = new URL(envd.url + op.template.replace('{pid}', String(request.pid ?? pids.untracked)).replace('{id}', request.id ?? sessions.live).replace('{name}', request.service ?? 'conf'));
   for (const [name, value] of Object.entries(request.query ?? {})) if (value !== undefined) url.searchParams.set(name, value);
   const headers: Record<string, string> = { ...request.headers };
   if (request.token !== null) headers.authorization = `Bearer ${request.token ?? TOKEN}`;
@@ -231,6 +241,8 @@ const CASES: Record<string, () => Case[]> = {
     { name: 'output as base64', status: 200, json: { cmd: 'printf "\\377"', encoding: 'base64' } },
     { name: 'an unknown encoding', status: 400, json: { cmd: 'true', encoding: 'latin1' } },
     { name: 'a negative timeout', status: 400, json: { cmd: 'true', timeout: -1 } },
+    { name: 'ready on a line', status: 200, json: { cmd: 'echo up; sleep 0.2', ready: { log: 'up' } } },
+    { name: 'a pattern the linear engine cannot run', status: 400, json: { cmd: 'true', ready: { log: '(a)\\1' } } },
   ],
   listCommands: () => [
     { name: 'with finished ones', status: 200, query: { finished: 'true' } },
@@ -251,6 +263,13 @@ const CASES: Record<string, () => Case[]> = {
     { name: 'all of stdout', status: 200, pid: pids.finished },
     { name: 'a range of stderr', status: 206, pid: pids.finished, query: { stream: 'stderr' }, headers: { Range: 'bytes=0-1' } },
     { name: 'from past the end', status: 416, pid: pids.finished, query: { from: '999999' } },
+    { name: 'an untracked pid', status: 404 },
+  ],
+  waitCommandReady: () => [
+    { name: 'ready on its output', status: 200, pid: pids.ready, query: { timeout_ms: '60000' } },
+    { name: 'started without ready', status: 200, pid: pids.closed },
+    { name: 'not ready after timeout_ms', status: 408, pid: pids.unready, query: { timeout_ms: '1' } },
+    { name: 'ended before it was ready', status: 409, pid: pids.endedUnready, query: { timeout_ms: '60000' } },
     { name: 'an untracked pid', status: 404 },
   ],
   waitCommand: () => [
@@ -402,6 +421,42 @@ const CASES: Record<string, () => Case[]> = {
     { name: 'by a glob', status: 200, query: { path: dir, glob: '*.txt', type: 'any' } },
     { name: 'an unknown type', status: 400, query: { path: dir, type: 'socket' } },
     { name: 'a missing directory', status: 404, query: { path: join(dir, 'missing') } },
+  ],
+  putService: () => [
+    { name: 'a new service', status: 201, json: { cmd: 'sleep 900', restart: 'always' }, service: 'fresh' },
+    { name: 'the same definition again', status: 200, json: { cmd: 'echo hi; sleep 900' } },
+    { name: 'an unknown restart policy', status: 400, json: { cmd: 'true', restart: 'sometimes' }, service: 'bad' },
+    { name: 'a missing dependency', status: 400, json: { cmd: 'true', depends_on: ['ghost'] }, service: 'bad' },
+    { name: 'a name with a slash-free dot first', status: 400, json: { cmd: 'true' }, service: '.hidden' },
+  ],
+  listServices: () => [{ name: 'every service', status: 200 }],
+  getService: () => [
+    { name: 'a service', status: 200 },
+    { name: 'an unknown service', status: 404, service: 'ghost' },
+  ],
+  deleteService: () => [
+    { name: 'a service', status: 200, service: 'doomed' },
+    { name: 'an unknown service', status: 404, service: 'ghost' },
+  ],
+  startService: () => [
+    { name: 'a running one (nothing to do)', status: 200 },
+    { name: 'an unknown service', status: 404, service: 'ghost' },
+  ],
+  stopService: () => [
+    { name: 'a running one', status: 200 },
+    { name: 'an unknown service', status: 404, service: 'ghost' },
+  ],
+  restartService: () => [
+    { name: 'a stopped one', status: 200 },
+    { name: 'an unknown service', status: 404, service: 'ghost' },
+  ],
+  getServiceLogs: () => [
+    { name: 'a page', status: 200, query: { from: '0-0' } },
+    { name: 'followed', status: 200, query: { follow: '1' }, until: (event) => event === 'stdout' },
+    { name: 'a service that has not run', status: 409, service: 'blocked' },
+    { name: 'from past the output', status: 416, query: { from: '999999-0' } },
+    { name: 'a cursor that is no cursor', status: 400, query: { from: 'x' } },
+    { name: 'an unknown service', status: 404, service: 'ghost' },
   ],
   editFile: () => [
     { name: 'one exact replacement', status: 200, json: { path: join(dir, 'edit.txt'), edits: [{ old: 'two', new: 'three' }] } },

@@ -160,12 +160,12 @@ describe('the OpenAPI document, for client generators', () => {
       const { operationId, tags } = operation as Operation & { operationId?: string; tags?: string[] };
       expect(operationId, `${key} has no operationId (src/lifecycle/openapi-operations.ts)`).toMatch(/^[a-z]+[A-Z][A-Za-z]*$/);
       expect(tags, key).toHaveLength(1);
-      expect(['lifecycle', 'commands', 'sessions', 'files', 'ports']).toContain(tags![0]);
+      expect(['lifecycle', 'commands', 'sessions', 'files', 'ports', 'services']).toContain(tags![0]);
       return operationId;
     });
     expect(new Set(ids).size).toBe(ids.length);
     expect((document as any).servers).toEqual([expect.objectContaining({ url: '/' })]);
-    expect((document as any).tags.map((tag: { name: string }) => tag.name)).toEqual(['lifecycle', 'commands', 'sessions', 'files', 'ports']);
+    expect((document as any).tags.map((tag: { name: string }) => tag.name)).toEqual(['lifecycle', 'commands', 'sessions', 'files', 'ports', 'services']);
     expect(ids).toEqual(expect.arrayContaining(['runCommand', 'uploadFile', 'downloadFile', 'watchDirectory', 'attachCommand']));
   });
 
@@ -207,7 +207,7 @@ describe('the OpenAPI document, for client generators', () => {
       expect(media.schema.description, key).toMatch(/Last-Event-ID|no `id:`/);
       return media['x-events'];
     };
-    const command = { start: 'StartEvent', stdout: 'OutputEvent', stderr: 'OutputEvent', truncated: 'TruncatedEvent', exit: 'ExitEvent', error: 'Error' };
+    const command = { start: 'StartEvent', ready: 'ReadyEvent', stdout: 'OutputEvent', stderr: 'OutputEvent', truncated: 'TruncatedEvent', exit: 'ExitEvent', error: 'Error' };
     for (const key of ['POST /commands/stream', 'GET /commands/{pid}/stream']) {
       expect(events(key), key).toEqual(Object.fromEntries(Object.entries(command).map(([event, name]) => [event, { $ref: `#/components/schemas/${name}` }])));
     }
@@ -231,7 +231,7 @@ describe('the OpenAPI document, for client generators', () => {
     for (const key of ['POST /files/edit', 'POST /files/search', 'GET /files/find']) expect(statuses(key), key).toEqual(expect.arrayContaining(['400', '403', '404']));
     expect(statuses('POST /files/edit')).toEqual(expect.arrayContaining(['409', '413', '507']));
     // Work that takes its share of the memory budget says when to retry (src/memory-budget.ts).
-    const budgeted = ['POST /commands/stream', 'GET /commands/{pid}/stream', 'POST /sessions/{id}/commands/stream', 'PUT /files/raw', 'GET /files/raw', 'GET /files/archive', 'PUT /files/archive', 'POST /files/watch', 'GET /ports/watch'];
+    const budgeted = ['POST /commands/stream', 'GET /commands/{pid}/stream', 'POST /sessions/{id}/commands/stream', 'GET /services/{name}/logs', 'PUT /files/raw', 'GET /files/raw', 'GET /files/archive', 'PUT /files/archive', 'POST /files/watch', 'GET /ports/watch'];
     for (const { key, path, operation } of operations(document)) {
       expect(Object.keys(operation.responses['503'].headers ?? {}), `${key} (${path})`).toEqual(budgeted.includes(key) ? ['Retry-After'] : []);
     }

@@ -109,7 +109,9 @@ describe('image-to-template', () => {
     expect(listDir(image, '/usr/local/lib/envd').sort()).toEqual(['envd-init', 'runtime']);
     expect(debugfs(image, 'stat /sbin/init')).toContain('Fast link dest: "/usr/local/lib/envd/envd-init"');
     expect(debugfs(image, 'cat /etc/envd/envd.env')).toContain('ENVD_DEFAULT_USER=user\n');
-    expect(JSON.parse(debugfs(image, 'cat /etc/envd/entrypoint.json'))).toEqual({ args: ['/bin/sh', '-c', 'echo started'], user: 'user', cwd: '/home/user', envs: { PATH: '/bin', MODE: 'test' } });
+    // The entrypoint as a service (issue 39): started at boot, restarted when it fails.
+    expect(JSON.parse(debugfs(image, 'cat /etc/envd/services/entrypoint.json'))).toEqual({ cmd: '/bin/sh', args: ['-c', 'echo started'], user: 'user', cwd: '/home/user', envs: { PATH: '/bin', MODE: 'test' } });
+    expect(debugfs(image, 'cat /etc/envd/envd.env')).not.toContain('ENVD_ENTRYPOINT_FILE');
     expect(leftovers()).toEqual([]);
   });
 
@@ -174,14 +176,15 @@ describe('image-to-template with a hostile image', () => {
       [{ name: 'evil/PWNED.txt', type: 'file', content: 'x' }, { name: 'evil/.wh.canary', type: 'file' }, { name: 'evil/sub/.wh..wh..opq', type: 'file' }],
     ]);
     const output = join(work, 'through-evil.ext4');
-    const result = convert(image, output, '--entrypoint');
+    const result = convert(image, output, '--entrypoint-once');
     expect(result, result.stderr).toMatchObject({ status: 0 });
     expect(snapshot(dir)).toEqual(before);
     expect(listDir(output, '/evil').sort()).toEqual(['PWNED.txt', 'sub']);
     expect(result.stdout).toContain('default user root (the image has no user account)');
     expect(debugfs(output, 'cat /etc/envd/envd.env')).toContain('ENVD_DEFAULT_USER=root\n');
-    // A numeric USER is kept as it is: envd runs the entrypoint as that uid and gid.
+    // A numeric USER is kept as it is: envd runs the entrypoint as that uid and gid (--entrypoint-once: as before issue 39).
     expect(JSON.parse(debugfs(output, 'cat /etc/envd/entrypoint.json'))).toMatchObject({ args: ['/bin/server'], user: '1001:1001' });
+    expect(debugfs(output, 'cat /etc/envd/envd.env')).toContain('ENVD_ENTRYPOINT_FILE=/etc/envd/entrypoint.json\n');
     expect(leftovers()).toEqual([]);
   });
 

@@ -87,6 +87,10 @@ describe('POST /snapshot/prepare on cgroup v2', () => {
       expect(status, path).toBe(409);
       expect(body.message).toMatch(/frozen for a snapshot.*\/init or POST \/snapshot\/thaw/);
     }
+    // A service's start too: its run would be born frozen.
+    const put = await server.json('PUT', '/services/frozen-start', { cmd: 'true' });
+    expect(put.status).toBe(409);
+    expect(put.body.message).toMatch(/frozen for a snapshot/);
     expect((await server.json('GET', '/commands')).status).toBe(200);
     await server.json('POST', '/snapshot/thaw');
     expect((await server.json('POST', '/commands', { cmd: 'true', background: true })).status).not.toBe(409);
