@@ -121,6 +121,27 @@ describe('GET /ports', () => {
     await envd.call('DELETE', `/commands/${commandPid}`);
   });
 
+  it("names the service whose current run holds it", async () => {
+    const portFile = join(dir, 'service-port');
+    const put = await envd.json('PUT', '/services/ports-web', { cmd: `${process.execPath} ${LISTENER} tcp 127.0.0.1 --port-file ${portFile}`, restart: 'no' });
+    expect(put.status).toBe(201);
+    try {
+      await waitFor(() => {
+        try {
+          return readFileSync(portFile, 'utf8').endsWith('\n');
+        } catch {
+          return false;
+        }
+      }, 10_000, 'the port file');
+      const port = Number(readFileSync(portFile, 'utf8'));
+      await waitFor(async () => (await ports()).find((p) => p.port === port)?.service === 'ports-web', 5_000, 'the port named by its service');
+      const entry = (await ports()).find((p) => p.port === port);
+      expect(entry.command_pid).toBe((await envd.json('GET', '/services/ports-web')).body.pid);
+    } finally {
+      await envd.call('DELETE', '/services/ports-web');
+    }
+  });
+
   it('leaves out sockets that are gone', async () => {
     const listener = await listen('tcp', '127.0.0.1');
     expect((await ports()).some((p) => p.port === listener.port)).toBe(true);
