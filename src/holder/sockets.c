@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "util.h"
@@ -108,6 +109,18 @@ static int dump_all(int fd, struct set *set) {
   return 0;
 }
 
+/*
+ * The CPU this process has used, in microseconds: what the 1 % share is of.
+ * Not the wall clock, which counts the time a loaded machine kept the dump
+ * waiting for a CPU, and whose milliseconds are too coarse for a dump of
+ * ~0.1 ms (one tick over a millisecond's edge would stretch the wait 100x).
+ */
+static uint64_t cpu_us(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return (uint64_t)t.tv_sec * 1000000u + (uint64_t)t.tv_nsec / 1000u;
+}
+
 static long parse_positive(const char *text, long max) {
   char *end;
   errno = 0;
@@ -134,7 +147,7 @@ int watch_sockets_main(int argc, char **argv) {
   struct set *last = &sets[0], *now = &sets[1];
   last->used = 0;
   for (;;) {
-    uint64_t started = now_ms();
+    uint64_t started = cpu_us();
     if (dump_all(fd, now) < 0) return failed("sock_diag dump");
     if (now->used != last->used || memcmp(now->text, last->text, now->used) != 0) {
       /* EPIPE: envd is gone or stopped reading; nothing is left to do. */
@@ -143,8 +156,8 @@ int watch_sockets_main(int argc, char **argv) {
       last = now;
       now = swap;
     }
-    uint64_t took = now_ms() - started;
-    uint64_t wait = took * CPU_SHARE_DIVISOR > (uint64_t)interval ? took * CPU_SHARE_DIVISOR : (uint64_t)interval;
+    uint64_t wait = (cpu_us() - started) * CPU_SHARE_DIVISOR / 1000u;
+    if (wait < (uint64_t)interval) wait = (uint64_t)interval;
     if (wait > MAX_WAIT_MS) wait = MAX_WAIT_MS;
     /*
      * The wait is a poll on stdin, a pipe from envd that nothing is written
