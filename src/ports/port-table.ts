@@ -3,7 +3,7 @@ import type { SocketWatch, StartSocketWatch } from './socket-watch.js';
 import { commandLineOf, findSocketOwners, isAlive, UserNames } from './socket-owners.js';
 
 /**
- * How often /proc/net is read while someone needs events (a watch, or the
+ * How often the sockets are read (netlink dump, or /proc/net as the fallback) while someone needs events (a watch, or the
  * loopback forward). An event then comes at most this long after the
  * listen() or close() plus a poll's own time, ~half of it at the median:
  * 40 ms meets "within 100 ms, p50 ≤ 50 ms" with room for a loaded guest.
@@ -67,8 +67,9 @@ const order = (a: PortEntry, b: PortEntry) => a.protocol.localeCompare(b.protoco
 
 /**
  * The guest's listening ports, and who is told when one opens or closes.
- * /proc/net is read every POLL_INTERVAL_MS while at least one listener is
- * subscribed, and never otherwise: GET /ports reads it itself. A socket is
+ * While at least one listener is subscribed, the netlink watch reports every
+ * change (or, without it, /proc/net is polled every POLL_INTERVAL_MS); never
+ * otherwise: GET /ports reads /proc/net itself. A socket is
  * known by its inode, so one closed and opened again at the same address
  * between two polls is a close and an open.
  */
