@@ -83,10 +83,14 @@ static int dump_one(int fd, const struct dump *dump, struct set *set) {
   /* uint32_t: netlink messages are 4-byte aligned. */
   static uint32_t buffer[8192];
   for (;;) {
-    ssize_t got = recv(fd, buffer, sizeof buffer, 0);
+    struct sockaddr_nl from;
+    socklen_t from_len = sizeof from;
+    ssize_t got = recvfrom(fd, buffer, sizeof buffer, 0, (struct sockaddr *)&from, &from_len);
     if (got < 0 && errno == EINTR) continue;
     if (got < 0) return -1;
     if (got == 0) return errno = EPROTO, -1;
+    /* Only the kernel (port 0) answers a dump: anything else is no part of it. */
+    if (from.nl_pid != 0) continue;
     size_t left = (size_t)got;
     for (struct nlmsghdr *h = (struct nlmsghdr *)buffer; NLMSG_OK(h, left); h = NLMSG_NEXT(h, left)) {
       if (h->nlmsg_type == NLMSG_DONE) return 0;
