@@ -5,6 +5,7 @@ import { commandOwnerOf } from './command-owner.js';
 import { guestAddresses } from './forward-addresses.js';
 import { LoopbackForwarder } from './loopback-forward.js';
 import { PortTable, type PortOwnerLookups } from './port-table.js';
+import { socketWatcher } from './socket-watch.js';
 
 export interface Ports {
   table: PortTable;
@@ -22,6 +23,8 @@ export function openPorts(config: Config, processes: ProcessRegistry, log: Logge
     pidOfId: (id: string) => processes.list().find((proc) => proc.id === id)?.pid,
   };
   const table = new PortTable({ commandOf: (pid) => commandOwnerOf(pid, commands), serviceOf });
+  table.startSocketWatch = socketWatcher(processes.holderPath);
+  table.onSocketWatchFailed = (reason) => log.warn({ reason }, 'sock_diag netlink unavailable: polling /proc/net for port changes');
   const fixed = config.forwardAddresses;
   const forwarder = new LoopbackForwarder(table, fixed ? () => [...fixed] : guestAddresses, log);
   if (config.forwardLoopback) forwarder.enable(true);

@@ -1,8 +1,9 @@
 import { readBoundSockets, type BoundSocket } from './proc-net.js';
+import type { SocketWatch, StartSocketWatch } from './socket-watch.js';
 import { commandLineOf, findSocketOwners, isAlive, UserNames } from './socket-owners.js';
 
 /**
- * How often /proc/net is read while someone needs events (a watch, or the
+ * How often the sockets are read (netlink dump, or /proc/net as the fallback) while someone needs events (a watch, or the
  * loopback forward). An event then comes at most this long after the
  * listen() or close() plus a poll's own time, ~half of it at the median:
  * 40 ms meets "within 100 ms, p50 ≤ 50 ms" with room for a loaded guest.
@@ -66,8 +67,9 @@ const order = (a: PortEntry, b: PortEntry) => a.protocol.localeCompare(b.protoco
 
 /**
  * The guest's listening ports, and who is told when one opens or closes.
- * /proc/net is read every POLL_INTERVAL_MS while at least one listener is
- * subscribed, and never otherwise: GET /ports reads it itself. A socket is
+ * While at least one listener is subscribed, the netlink watch reports every
+ * change (or, without it, /proc/net is polled every POLL_INTERVAL_MS); never
+ * otherwise: GET /ports reads /proc/net itself. A socket is
  * known by its inode, so one closed and opened again at the same address
  * between two polls is a close and an open.
  */
@@ -82,6 +84,14 @@ export class PortTable {
   truncated = false;
   /** Sockets envd keeps out of what clients see (its own forwarding listeners). */
   isHidden: (entry: PortEntry) => boolean = () => false;
+  /**
+   * The netlink watch used instead of polling /proc/net while anyone is
+   * subscribed (src/ports/socket-watch.ts); unset, or once it failed: polling.
+   */
+  startSocketWatch: StartSocketWatch | undefined;
+  /** Told once, when the netlink watch fails and polling takes over. */
+  onSocketWatchFailed: (reason: string) => void = () => {};
+  private socketWatch: SocketWatch | undefined;
 
   constructor(
     private readonly lookups: PortOwnerLookups,
@@ -92,9 +102,9 @@ export class PortTable {
     private readonly maxSockets = MAX_TRACKED_SOCKETS,
   ) {}
 
-  /** Whether /proc/net is being polled now. */
+  /** Whether changes are being looked for now (by the netlink watch or by polling /proc/net). */
   get polling(): boolean {
-    return this.timer !== undefined;
+    return this.timer !== undefined || this.socketWatch !== undefined;
   }
 
   /** Every port now, read afresh, sorted by protocol, port and address; owners that exited are looked up again. */
@@ -126,12 +136,30 @@ export class PortTable {
   subscribe(listener: PortListener): () => void {
     this.refresh();
     this.listeners.add(listener);
-    if (!this.timer) this.schedule();
+    if (!this.polling) this.watch();
     return () => {
       if (!this.listeners.delete(listener) || this.listeners.size > 0) return;
       clearTimeout(this.timer);
       this.timer = undefined;
+      this.socketWatch?.stop();
+      this.socketWatch = undefined;
     };
+  }
+
+  /** Starts the netlink watch, or polling where there is none. */
+  private watch(): void {
+    const start = this.startSocketWatch;
+    if (!start) return this.schedule();
+    this.socketWatch = start(this.intervalMs, this.maxSockets + 1, {
+      onSet: (sockets) => this.apply(sockets),
+      onFail: (reason) => {
+        // For good: a kernel without sock_diag will not grow one. Polling goes on for whoever still listens.
+        this.startSocketWatch = undefined;
+        this.socketWatch = undefined;
+        this.onSocketWatchFailed(reason);
+        if (this.listeners.size > 0) this.schedule();
+      },
+    });
   }
 
   /** The wait before the next poll: the interval, or longer where polls are slow enough to pass POLL_CPU_SHARE. */
@@ -152,11 +180,16 @@ export class PortTable {
     const started = this.now();
     // One more than kept: whether there were more is known without reading them all.
     const sockets = this.readSockets(this.maxSockets + 1);
-    this.truncated = sockets.length > this.maxSockets;
-    if (this.truncated) sockets.length = this.maxSockets;
     // The steady cost of a poll; owners are looked up only when sockets open, a cost of the event, not of the waiting.
     const took = this.now() - started;
     this.pollMs = this.pollMs === 0 ? took : this.pollMs * 0.8 + took * 0.2;
+    this.apply(sockets);
+  }
+
+  /** Takes `sockets` (at most one more than kept) as every socket now, and tells the listeners what changed. */
+  private apply(sockets: BoundSocket[]): void {
+    this.truncated = sockets.length > this.maxSockets;
+    if (this.truncated) sockets.length = this.maxSockets;
     const next = new Map<string, Known>();
     const fresh: BoundSocket[] = [];
     for (const socket of sockets) {
