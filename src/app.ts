@@ -165,7 +165,7 @@ export async function buildApp({ config, logger, state = new SandboxState(config
   await app.register(snapshotRoutes, { prefix: '/snapshot', snapshot });
   await app.register(commandRoutes, { prefix: '/commands', config, state, processes });
   const sessions = await SessionRegistry.open({ processes, state, stateDir: config.stateDir, idleTimeoutMs: config.sessionIdleTimeoutMs, logger: logger.child({ feature: 'sessions' }) });
-  await app.register(sessionRoutes, { prefix: '/sessions', sessions });
+  await app.register(sessionRoutes, { prefix: '/sessions', sessions, memoryBudget });
   await app.register(readyRoutes, { prefix: '/commands', processes, logger: processes.log });
   await app.register(fileRoutes, { prefix: '/files', config, state, receiver: processes.holderPath });
   await app.register(serviceRoutes, { prefix: '/services', config, processes, services });

@@ -104,6 +104,16 @@ export class MemoryBudget {
     });
   }
 
+  /**
+   * Takes `bytes` from `part` only if they are free now and no work waits for them: for work that
+   * grows as it goes and stops growing (and says so) rather than wait, such as a session command's
+   * JSON result.
+   */
+  takeNow(part: MemoryPart, bytes: number): Reservation | undefined {
+    if ((this.waiting.get(part)?.length ?? 0) > 0 || !this.fits(part, bytes)) return undefined;
+    return this.take(part, bytes);
+  }
+
   private fits(part: MemoryPart, bytes: number): boolean {
     return (this.held.get(part) ?? 0) + bytes <= this.split[part];
   }

@@ -1,7 +1,7 @@
 import { Type } from '@sinclair/typebox';
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import { badRequest, ErrorSchema, HttpError } from '../errors.js';
-import { RESERVE_BYTES } from '../memory-budget.js';
+import { type MemoryBudget, RESERVE_BYTES } from '../memory-budget.js';
 import type { SessionRegistry } from './registry.js';
 import { ListSessionsQuery, CreateSessionBody, type CreateSessionBody as CreateSessionRequest, SessionCommandBody, SessionCommandResult, SessionCreated, SessionEnded, SessionList, SessionParams, SessionStreamBody } from './schemas.js';
 import type { Session } from './session.js';
@@ -9,6 +9,8 @@ import { EventSink, ResultSink } from './sinks.js';
 
 export interface SessionRoutesOptions {
   sessions: SessionRegistry;
+  /** A command's JSON result takes its bytes from the `transfers` part (sinks.ts). */
+  memoryBudget?: MemoryBudget;
 }
 
 const errors = { '4xx': ErrorSchema, '5xx': ErrorSchema };
@@ -18,7 +20,7 @@ const EventStream = {
 };
 const timeoutMs = (seconds: number | undefined) => Math.ceil((seconds ?? 0) * 1000);
 
-export const sessionRoutes: FastifyPluginAsyncTypebox<SessionRoutesOptions> = async (app, { sessions }) => {
+export const sessionRoutes: FastifyPluginAsyncTypebox<SessionRoutesOptions> = async (app, { sessions, memoryBudget }) => {
   app.post(
     '',
     { schema: { summary: 'Start a shell whose state carries from one command to the next', body: CreateSessionBody, response: { 201: SessionCreated, ...errors } } },
@@ -56,10 +58,14 @@ export const sessionRoutes: FastifyPluginAsyncTypebox<SessionRoutesOptions> = as
     async (request, reply) => {
       const session = sessions.get(request.params.id);
       rejectNul(request.body.cmd);
-      const sink = new ResultSink();
-      const exit = await runOwned(session, reply.raw, () => session.run(request.body.cmd, { timeoutMs: timeoutMs(request.body.timeout), stdin: request.body.stdin }, sink));
-      sessions.touched(session);
-      return sink.result(exit);
+      const sink = new ResultSink(memoryBudget);
+      try {
+        const exit = await runOwned(session, reply.raw, () => session.run(request.body.cmd, { timeoutMs: timeoutMs(request.body.timeout), stdin: request.body.stdin }, sink));
+        sessions.touched(session);
+        return sink.result(exit);
+      } finally {
+        sink.release();
+      }
     },
   );
 

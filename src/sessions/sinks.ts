@@ -2,6 +2,7 @@ import { createSession } from 'better-sse';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { StringDecoder } from 'node:string_decoder';
 import type { StreamName } from '../holder/protocol.js';
+import type { MemoryBudget, Reservation } from '../memory-budget.js';
 import { KEEP_ALIVE_MS } from '../commands/sse.js';
 import type { Static } from '@sinclair/typebox';
 import type { SessionCommandResult } from './schemas.js';
@@ -13,15 +14,28 @@ import type { CommandSink, Session, SessionExit } from './session.js';
  * The stream route has no such cap: it holds one event at a time.
  */
 export const MAX_RESULT_BYTES_PER_STREAM = 16 * 1024 * 1024;
+/** What the result takes from the memory budget's `transfers` part at a time, as it grows. */
+export const RESULT_STEP_BYTES = 256 * 1024;
 
-/** Collects a command's output for its JSON result, up to the cap per stream. */
+/**
+ * Collects a command's output for its JSON result, up to the cap per stream,
+ * and only as far as the memory budget's `transfers` part has room (taken
+ * in steps as the output grows): past either, that stream's newest output
+ * is dropped and `*_truncated` set. release() gives the budget back.
+ */
 export class ResultSink implements CommandSink {
   private readonly chunks: Record<StreamName, Buffer[]> = { stdout: [], stderr: [] };
   private readonly size = { stdout: 0, stderr: 0 };
   private readonly truncated = { stdout: false, stderr: false };
+  private readonly held: Reservation[] = [];
+  private heldBytes = 0;
+
+  constructor(private readonly budget?: MemoryBudget) {}
 
   output(stream: StreamName, bytes: Buffer): boolean {
-    const room = MAX_RESULT_BYTES_PER_STREAM - this.size[stream];
+    // Once cut, a stream stays cut: output after a gap would read as if nothing were missing.
+    if (this.truncated[stream]) return true;
+    const room = this.grow(Math.min(bytes.length, MAX_RESULT_BYTES_PER_STREAM - this.size[stream]));
     if (bytes.length > room) this.truncated[stream] = true;
     const kept = bytes.length > room ? bytes.subarray(0, room) : bytes;
     if (kept.length > 0) {
@@ -30,6 +44,25 @@ export class ResultSink implements CommandSink {
       this.size[stream] += kept.length;
     }
     return true;
+  }
+
+  /** Gives back what the result took of the budget (once the answer is built). */
+  release(): void {
+    for (const reservation of this.held.splice(0)) reservation.release();
+    this.heldBytes = 0;
+  }
+
+  /** How many of `bytes` more fit in what the budget gives, taking more steps of it as needed. */
+  private grow(bytes: number): number {
+    if (!this.budget) return bytes;
+    const kept = this.size.stdout + this.size.stderr;
+    while (this.heldBytes < kept + bytes) {
+      const step = this.budget.takeNow('transfers', RESULT_STEP_BYTES);
+      if (!step) return Math.max(0, this.heldBytes - kept);
+      this.held.push(step);
+      this.heldBytes += RESULT_STEP_BYTES;
+    }
+    return bytes;
   }
 
   result(exit: SessionExit): Static<typeof SessionCommandResult> {
