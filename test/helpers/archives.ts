@@ -7,6 +7,8 @@ import { createHash } from 'node:crypto';
 import { chmodSync, lstatSync, mkdirSync, readdirSync, readFileSync, readlinkSync, symlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { pack } from 'tar-stream';
+import { FileChecksums } from '../../src/files/tar/checksums.js';
+import { encodeHeader } from '../../src/files/tar/format.js';
 
 export interface Entry {
   name: string;
@@ -34,6 +36,25 @@ export async function tarOf(entries: Entry[]): Promise<Buffer> {
   tar.finalize();
   await ended;
   return Buffer.concat(chunks);
+}
+
+/**
+ * `tar` (from tarOf(entries)) as envd sends it with `sha256=true`: each file's
+ * sha256 in a manifest after the files, then the tree's own `./` entry, then
+ * the end blocks (src/files/tar/checksums.ts), for stand-ins of a sandbox
+ * that `envd cp` downloads from.
+ */
+export function withChecksums(tar: Buffer, entries: Entry[]): Buffer {
+  const checksums = new FileChecksums();
+  for (const entry of entries) {
+    if ((entry.type ?? 'file') !== 'file') continue;
+    checksums.update(Buffer.from(entry.body ?? ''));
+    checksums.endFile();
+  }
+  const end = Buffer.alloc(2 * 512);
+  if (!tar.subarray(tar.length - end.length).equals(end)) throw new Error('withChecksums: the tar does not end with its end blocks');
+  const root = encodeHeader({ name: '.', type: 'directory', mode: 0o755, uid: 0, gid: 0, size: 0, mtime: 0, linkname: '' });
+  return Buffer.concat([tar.subarray(0, tar.length - end.length), checksums.manifest(true)!, root, end]);
 }
 
 /**

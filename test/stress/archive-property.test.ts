@@ -13,7 +13,7 @@ import { chownSync, existsSync, lstatSync, mkdirSync, readdirSync, readFileSync,
 import { createServer, type Server } from 'node:http';
 import { join, posix } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { plantCanaries, runEnvd, snapshot, tarOf, type Entry } from '../helpers/archives.js';
+import { plantCanaries, runEnvd, snapshot, tarOf, withChecksums, type Entry } from '../helpers/archives.js';
 import { PROPERTY_SEED } from '../helpers/output-integrity.js';
 import { isRoot } from '../helpers/users.js';
 import { report, startStressEnvd, type StressEnvd } from './harness.js';
@@ -161,7 +161,7 @@ describe('random archives into a root of canaries', () => {
         fc.asyncProperty(archive, fc.boolean(), async (entries, merge) => {
           const { root, dir, existed } = arena(merge, as);
           const before = look(root, dir);
-          served = await tarOf(entries);
+          served = withChecksums(await tarOf(entries), entries); // envd cp asks for, and checks, each file's sha256
           // Into the case directory under the source's name `t`: created, or merged into when it exists.
           const result = await runEnvd(['cp', ':/remote/t', root], { url, token: 'x' }, as);
           // A refusal names the entry, the body or the path; anything else (EACCES, a crash) counts as a 500.
