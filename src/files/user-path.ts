@@ -95,10 +95,12 @@ export class UserDir {
   /**
    * Hands the descriptor over to a caller that keeps it beyond this object
    * (a watch holds its directory for as long as it watches it); the caller
-   * closes it. Never the shared `/`.
+   * closes it. For the shared `/`, a new descriptor of it.
    */
   detach(): number {
-    if (this.closed || this.shared) throw new Error(`${this.path}: cannot hand over a closed or shared directory`);
+    if (this.closed) throw new Error(`${this.path}: cannot hand over a closed directory`);
+    // The shared `/` stays open for every walk: the caller gets a descriptor of its own (`/` is root's alone).
+    if (this.shared) return openSync('/', O_PATH | O_DIRECTORY);
     this.closed = true;
     return this.fd;
   }

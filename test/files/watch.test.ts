@@ -48,6 +48,13 @@ describe('POST /files/watch', () => {
     await Promise.all([flat.close(), deep.close()]);
   });
 
+  it('watches / itself (its directory descriptor is the walk\'s shared one: the watch gets its own)', async () => {
+    const watch = await openWatch('/');
+    await watch.close();
+    // And again: nothing of the first watch is left in the way.
+    await (await openWatch('/')).close();
+  });
+
   it('answers 404 for a missing directory and 400 for a file, as plain JSON', async () => {
     const missing = await scratch.server.json('POST', '/files/watch', { path: join(scratch.dir, 'nope') });
     expect(missing.status).toBe(404);
