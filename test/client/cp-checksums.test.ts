@@ -1,10 +1,10 @@
-import { spawn } from 'node:child_process';
 import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer, connect, type Server, type Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startServer, type TestServer } from '../helpers/server.js';
+import { runEnvd } from '../helpers/archives.js';
 
 /** What the corrupting proxy looks for in envd's answers: a run only victim.txt holds. */
 const RUN = Buffer.from('A'.repeat(32));
@@ -71,15 +71,7 @@ afterAll(async () => {
 
 /** dist/envd VERB… as a child process, talking to envd through the proxy. */
 function envd(args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
-  return new Promise((resolve) => {
-    const child = spawn('dist/envd', args, { env: { ...process.env, ENVD_URL: proxy.url, ENVD_TOKEN: server.token } });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.on('data', (d) => (stdout += d));
-    child.stderr.on('data', (d) => (stderr += d));
-    child.on('close', (code) => resolve({ code: code ?? -1, stdout, stderr }));
-    child.stdin.end();
-  });
+  return runEnvd(args, { url: proxy.url, token: server.token! });
 }
 
 describe('envd cp of a tree down checks every file by sha256 (issue 44)', () => {

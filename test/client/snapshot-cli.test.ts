@@ -1,4 +1,3 @@
-import { spawn } from 'node:child_process';
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -6,6 +5,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { CommandCgroups } from '../../src/cgroups/command-cgroups.js';
 import { EnvdClient, EnvdError } from '../../src/client/index.js';
 import { startServer, type TestServer } from '../helpers/server.js';
+import { runEnvd } from '../helpers/archives.js';
 
 // The client's snapshot methods and `envd snapshot` (dist/envd as a child
 // process) against an in-process envd whose cgroup tree is laid out in a
@@ -31,15 +31,7 @@ afterAll(async () => {
 });
 
 function envd(args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
-  return new Promise((resolve) => {
-    const child = spawn('dist/envd', args, { env: { ...process.env, ENVD_URL: server.url, ENVD_TOKEN: server.token } });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.on('data', (d) => (stdout += d));
-    child.stderr.on('data', (d) => (stderr += d));
-    child.on('close', (code) => resolve({ code: code ?? -1, stdout, stderr }));
-    child.stdin.end();
-  });
+  return runEnvd(args, { url: server.url, token: server.token! });
 }
 
 describe('client.snapshot', () => {

@@ -1,10 +1,10 @@
 // `envd services`, `envd logs SERVICE` (dist/envd as a child process) and the typed client's services methods.
-import { spawn } from 'node:child_process';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { EnvdClient } from '../../src/client/index.js';
 import { findProcesses } from '../helpers/proc.js';
 import { startServer, type TestServer } from '../helpers/server.js';
 import { until } from './helpers.js';
+import { runEnvd } from '../helpers/archives.js';
 
 let server: TestServer;
 let client: EnvdClient;
@@ -19,15 +19,7 @@ afterAll(async () => {
 });
 
 function envd(args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
-  return new Promise((resolve) => {
-    const child = spawn('dist/envd', args, { env: { ...process.env, ENVD_URL: server.url, ENVD_TOKEN: server.token } });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.on('data', (d) => (stdout += d));
-    child.stderr.on('data', (d) => (stderr += d));
-    child.on('close', (code) => resolve({ code: code ?? -1, stdout, stderr }));
-    child.stdin.end();
-  });
+  return runEnvd(args, { url: server.url, token: server.token! });
 }
 
 describe('services through the client and the CLI', () => {
