@@ -24,7 +24,7 @@ import { closeClient, postJson, send } from './lib/client.mjs';
 import { startEnvd } from './lib/envd-process.mjs';
 import { percentile } from './lib/stats.mjs';
 import { makeTempDir, removeTempDir } from './lib/temp.mjs';
-import { descriptors, kept, memory, processes, total } from './lib/soak-probe.mjs';
+import { descriptors, kept, memory, processes, socketDetails, total } from './lib/soak-probe.mjs';
 import { prepareWorkDir, runWorkers, WORKERS } from './lib/soak-workers.mjs';
 
 const MIB = 1024 * 1024;
@@ -160,7 +160,7 @@ async function main() {
     closeClient();
     probeAgent.destroy();
     await sleep(SETTLE_MS);
-    const idle = { ...memory(envd.pid), fds: descriptors(envd.pid), procs: processes(envd.pid, envd.stateDir), kept: kept(envd.stateDir, envd.spoolDir) };
+    const idle = { ...memory(envd.pid), fds: descriptors(envd.pid), sockets: socketDetails(envd.pid), procs: processes(envd.pid, envd.stateDir), kept: kept(envd.stateDir, envd.spoolDir) };
     console.log(`soak: ${minutes} min against ${opts.bundle ? 'dist/envd.js' : 'dist/envd'} (pid ${envd.pid}), commands as ${USER ?? 'the running user'}`);
     console.log(`idle: RSS ${mib(idle.rss)} MiB, anon ${mib(idle.anon)} MiB, fds ${total(idle.fds)}, processes ${idle.procs.count}, /health p99 ${idleP99.health.toFixed(1)} ms, true p99 ${idleP99.true.toFixed(1)} ms`);
     console.log('min  ops    errors  RSS+MiB  anon+MiB  fds  procs  health-p99-ms  true-p99-ms');
@@ -227,7 +227,11 @@ async function main() {
 
     // Leaks, with the client's connections closed: no kind of descriptor above idle.
     const fdsBack = await waitUntil(() => Object.entries(descriptors(envd.pid)).every(([kind, n]) => n <= (idle.fds[kind] ?? 0)), 10_000);
-    check('descriptors back to idle', fdsBack, `idle ${JSON.stringify(idle.fds)}, now ${JSON.stringify(descriptors(envd.pid))}`);
+    const extraSockets = () => {
+      const left = [...idle.sockets];
+      return socketDetails(envd.pid).filter((socket) => (left.includes(socket) ? (left.splice(left.indexOf(socket), 1), false) : true));
+    };
+    check('descriptors back to idle', fdsBack, `idle ${JSON.stringify(idle.fds)}, now ${JSON.stringify(descriptors(envd.pid))}${fdsBack ? '' : `; sockets not there at idle: ${extraSockets().join(', ') || 'none'}`}`);
     // Read before the listing: nothing starts any more, so whatever is here must be listed.
     const before = processes(envd.pid, envd.stateDir);
     const keptBefore = kept(envd.stateDir, envd.spoolDir);

@@ -101,3 +101,51 @@ export function kept(stateDir, spoolDir) {
     cgroups: existsSync(COMMAND_CGROUPS) ? readdirSync(COMMAND_CGROUPS, { withFileTypes: true }).filter((e) => e.isDirectory()).length : 0,
   };
 }
+
+/** The socket inodes of a process, from its descriptors. */
+function socketInodes(pid) {
+  const inodes = new Set();
+  for (const fd of readdirSync(`/proc/${pid}/fd`)) {
+    try {
+      const match = /^socket:\[(\d+)\]$/.exec(readlinkSync(`/proc/${pid}/fd/${fd}`));
+      if (match) inodes.add(match[1]);
+    } catch {
+      // closed while we looked
+    }
+  }
+  return inodes;
+}
+
+const TCP_STATES = { '01': 'ESTABLISHED', '02': 'SYN_SENT', '03': 'SYN_RECV', '04': 'FIN_WAIT1', '05': 'FIN_WAIT2', '06': 'TIME_WAIT', '07': 'CLOSE', '08': 'CLOSE_WAIT', '09': 'LAST_ACK', '0A': 'LISTEN', '0B': 'CLOSING' };
+
+/**
+ * What each of envd's sockets is, read from /proc/net: "tcp ESTABLISHED
+ * 0100007F:8A2C->0100007F:C350", "unix /path" or "unix (unnamed)", "netlink".
+ * Printed when descriptors do not come back to idle, so a leak names itself.
+ */
+export function socketDetails(pid) {
+  const inodes = socketInodes(pid);
+  const found = [];
+  for (const table of ['tcp', 'tcp6', 'udp', 'udp6']) {
+    let text = '';
+    try {
+      text = readFileSync(`/proc/${pid}/net/${table}`, 'utf8');
+    } catch {
+      continue;
+    }
+    for (const line of text.split('\n').slice(1)) {
+      const f = line.trim().split(/\s+/);
+      if (f.length > 9 && inodes.delete(f[9])) found.push(`${table} ${TCP_STATES[f[3]] ?? f[3]} ${f[1]}->${f[2]}`);
+    }
+  }
+  try {
+    for (const line of readFileSync(`/proc/${pid}/net/unix`, 'utf8').split('\n').slice(1)) {
+      const f = line.trim().split(/\s+/);
+      if (f.length > 6 && inodes.delete(f[6])) found.push(`unix ${f[7] ?? '(unnamed)'}`);
+    }
+  } catch {
+    // no unix table
+  }
+  for (const inode of inodes) found.push(`other socket ${inode}`);
+  return found.sort();
+}
