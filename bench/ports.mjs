@@ -202,7 +202,7 @@ async function watchCost(quick) {
 }
 
 async function forwardFigures(quick) {
-  const envd = await startEnvd({ executable: true, extraEnv: { ENVD_FORWARD_ADDRESS: FORWARD } });
+  const envd = await startEnvd({ executable: true, extraEnv: { ENVD_FORWARD_LOOPBACK: 'on', ENVD_FORWARD_ADDRESS: FORWARD } });
   const rows = [];
   try {
     // Throughput: best of A B A B runs of one connection's download.

@@ -171,7 +171,9 @@ export async function startEnvd({ executable = false, logLevel = 'warn', dirs, t
   const server = await startServer({
     command: executable ? file : process.execPath,
     args: [...(executable ? [] : [...ENVD_NODE_FLAGS, ...(process.env.BENCH_PRELOAD ? ['--expose-gc', '-r', process.env.BENCH_PRELOAD] : []), file]), '--log-level', logLevel, '--state-dir', stateDir, '--spool-dir', spoolDir, ...args],
-    env: { ...ENVD_ENV, ...BENCH_EXTRA_ENV, ENVD_ACCESS_TOKEN: token, ...extraEnv },
+    // Forwarding off unless a bench asks for it: on this shared host a bench's envd would
+    // otherwise make every loopback listener (other runs' test servers) reachable on eth0.
+    env: { ...ENVD_ENV, ENVD_FORWARD_LOOPBACK: 'off', ...BENCH_EXTRA_ENV, ENVD_ACCESS_TOKEN: token, ...extraEnv },
     stdout,
   });
   return {
