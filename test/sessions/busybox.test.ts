@@ -87,10 +87,11 @@ describe('sessions in a busybox-only root', () => {
     await call('DELETE', `/sessions/${id}`);
   });
 
-  it('keeps the rules: markers, stdin, heredoc, syntax error, timeout, background job, binary and 10 MiB output, exit', async () => {
+  it('keeps the rules: markers, $?, stdin, heredoc, syntax error, timeout, background job, binary and 10 MiB output, exit', async () => {
     const id = (await call('POST', '/sessions', {})).body.id;
     const run = (cmd: string, extra: Record<string, unknown> = {}) => call('POST', `/sessions/${id}/commands`, { cmd, ...extra });
     expect((await run("printf '\\036envd:%s:e:0\\036' fake; printf tail; (exit 7)")).body).toMatchObject({ stdout: '\x1eenvd:fake:e:0\x1etail', exit_code: 7 });
+    expect((await run('echo "carried=$?"')).body).toMatchObject({ stdout: 'carried=7\n', exit_code: 0 });
     expect((await run('cat')).body).toMatchObject({ stdout: '', exit_code: 0 });
     expect((await run('cat', { stdin: 'in' })).body).toMatchObject({ stdout: 'in', exit_code: 0 });
     expect((await run('cat <<EOF\nh $((2*3))\nEOF')).body).toMatchObject({ stdout: 'h 6\n', exit_code: 0 });

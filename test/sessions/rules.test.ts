@@ -30,6 +30,34 @@ describe.each(SHELLS)('a session in %s', (shell) => {
     await end(id);
   });
 
+  it('carries $? from one command to the next: a failure, a syntax error, a timeout', async () => {
+    const id = await newSession(shell);
+    expect((await run(id, 'echo "first=$?"')).body).toMatchObject({ stdout: 'first=0\n', exit_code: 0 });
+    expect((await run(id, '(exit 7)')).body).toMatchObject({ exit_code: 7 });
+    expect((await run(id, 'echo "after=$?"')).body).toMatchObject({ stdout: 'after=7\n', exit_code: 0 });
+    expect((await run(id, 'echo "then=$?"')).body).toMatchObject({ stdout: 'then=0\n' });
+    expect((await run(id, 'if then')).body.exit_code).toBe(2);
+    expect((await run(id, 'echo "syntax=$?"')).body).toMatchObject({ stdout: 'syntax=2\n' });
+    expect((await run(id, 'sleep 30', { timeout: 0.3 })).body).toMatchObject({ exit_code: 124, timed_out: true });
+    // The shell saw the interrupted command return 130, as at a terminal after Ctrl-C.
+    expect((await run(id, 'echo "interrupted=$?"')).body).toMatchObject({ stdout: 'interrupted=130\n' });
+    await run(id, 'false');
+    expect((await run(id, 'echo "false=$?"; f() { return "$1"; }; f 9; echo "$?"')).body).toMatchObject({ stdout: 'false=1\n9\n', exit_code: 0 });
+    await end(id);
+  });
+
+  it("traces only the user's own lines under set -x, never the session's", async () => {
+    const id = await newSession(shell);
+    await run(id, 'set -x');
+    const { body } = await run(id, 'echo traced');
+    expect(body.stdout).toBe('traced\n');
+    expect(body.stderr).toMatch(/echo traced/);
+    expect(body.stderr).not.toMatch(/__envd/);
+    await run(id, 'set +x');
+    expect((await run(id, 'echo quiet')).body).toMatchObject({ stdout: 'quiet\n', stderr: '' });
+    await end(id);
+  });
+
   it('answers each command its own exit code, stdout and stderr, also without a final newline', async () => {
     const id = await newSession(shell);
     expect((await run(id, 'printf out; printf err >&2; false')).body).toEqual({ stdout: 'out', stderr: 'err', exit_code: 1, reason: 'exited' });
@@ -84,6 +112,10 @@ describe.each(SHELLS)('a session in %s', (shell) => {
     const second = await newSession(shell);
     expect((await run(second, 'set -e; false; echo not-here')).body).toMatchObject({ stdout: '', exit_code: 1, session_ended: true });
     expect((await run(second, 'true')).status).toBe(410);
+    // Stricter than a terminal (docs/api.md): the command runs through eval, whose status 1 is itself a failure.
+    const third = await newSession(shell);
+    await run(third, 'set -e');
+    expect((await run(third, 'false && true')).body).toMatchObject({ exit_code: 1, session_ended: true });
   });
 
   it('times out a command with SIGINT to its foreground job; the session lives on with its state', async () => {
