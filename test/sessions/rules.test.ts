@@ -1,8 +1,10 @@
-import { existsSync } from 'node:fs';
+import { chmodSync, existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { useCommandServer } from '../helpers/command-user.js';
 import { findProcesses, waitFor } from '../helpers/proc.js';
-import { collectEvents } from '../helpers/sse.js';
+import { collectEvents, readEvents } from '../helpers/sse.js';
 
 // The rules of issue 40, each on bash and on the host's POSIX sh (dash); test/sessions/busybox.test.ts
 // runs them again in a busybox-only root.
@@ -174,6 +176,30 @@ describe.each(SHELLS)('a session in %s', (shell) => {
     expect(bytes('stderr').toString()).toBe('e\n');
     expect(events.at(-1)).toMatchObject({ event: 'exit', data: { exit_code: 4, reason: 'exited' } });
     expect((await run(id, 'echo still')).body).toMatchObject({ stdout: 'still\n' });
+    await end(id);
+  });
+
+  it('streams output as the command writes it, before the command ends', async () => {
+    const id = await newSession(shell);
+    const dir = mkdtempSync(join(tmpdir(), 'envd-session-live-'));
+    chmodSync(dir, 0o755);
+    const go = join(dir, 'go');
+    try {
+      // The command cannot end before the test has seen its first line: it waits for a file made only then.
+      const res = await fixture.server.call('POST', `/sessions/${id}/commands/stream`, { cmd: `echo first; while [ ! -e ${go} ]; do sleep 0.05; done; echo second` });
+      const events = readEvents(res);
+      expect((await events.next()).value).toMatchObject({ event: 'start' });
+      expect((await events.next()).value).toMatchObject({ event: 'stdout', data: { data: 'first\n' } });
+      writeFileSync(go, '');
+      const rest = [];
+      for await (const event of events) rest.push(event);
+      expect(rest).toEqual([
+        { event: 'stdout', data: { stream: 'stdout', data: 'second\n' } },
+        { event: 'exit', data: { exit_code: 0, reason: 'exited' } },
+      ]);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
     await end(id);
   });
 
