@@ -129,6 +129,16 @@ describe.each(SHELLS)('a session in %s', (shell) => {
     await end(id);
   });
 
+  it('lives on through a timeout under set -e, which stays on', async () => {
+    const id = await newSession(shell);
+    await run(id, 'set -e');
+    const { body } = await run(id, 'echo before; sleep 30; echo not-after', { timeout: 0.3 });
+    expect(body).toMatchObject({ stdout: 'before\n', exit_code: 124, timed_out: true });
+    expect(body.session_ended).toBeUndefined();
+    expect((await run(id, 'echo "$?"; case $- in *e*) echo errexit;; esac')).body).toMatchObject({ stdout: '130\nerrexit\n', exit_code: 0 });
+    expect((await run(id, 'false; echo not-here')).body).toMatchObject({ stdout: '', exit_code: 1, session_ended: true });
+  });
+
   it('kills a foreground job that ignores SIGINT 2 s after it, and the session lives on', async () => {
     const id = await newSession(shell);
     const { body } = await run(id, `${shell} -c "trap '' INT; sleep 30"`, { timeout: 0.3 });
