@@ -108,7 +108,7 @@ export class CommandFrames {
  * (only such a tail can be a marker split across two reads); data.length
  * when there is none. The earliest candidate wins: it holds back the most.
  */
-export function partialMarkerAt(data: Buffer, marker: Buffer): number {
+function partialMarkerAt(data: Buffer, marker: Buffer): number {
   for (let at = data.indexOf(marker[0]!, Math.max(0, data.length - marker.length + 1)); at >= 0; at = data.indexOf(marker[0]!, at + 1)) {
     if (marker.subarray(0, data.length - at).equals(data.subarray(at))) return at;
   }
