@@ -20,7 +20,7 @@ import { randomBytes } from 'node:crypto';
  *
  * Each command runs in the shell itself (`command eval`: a syntax error
  * returns 2 instead of ending the shell), so cd, variables, functions,
- * aliases, umask and `set -o` carry over; its stdin is /dev/null or the file
+ * aliases, umask, `set -o` and `$?` carry over; its stdin is /dev/null or the file
  * envd wrote for it, never the command channel. SIGINT (the timeout) makes the
  * shell's trap return 130 from the command; a background job ignores it (the
  * shell starts `&` jobs with SIGINT ignored), so it lives on.
@@ -32,13 +32,19 @@ export const DRIVER = [
   "__envd_nl='\n'",
   // `command printf`: a function a user names printf cannot take the markers over.
   // The user's `set -x` stays on for their commands, never for the driver's own lines.
-  "__envd_x() { trap 'return 130' INT; case $__envd_o in *x*) set -x;; esac; command eval \"$1\"; }",
+  // `$?` carries over: the previous command's status is restored just before the user's text runs, in an
+  // `if` condition (where `set -e` does not look: a carried status is no failure of this command), its
+  // trace under the user's `set -x` sent to /dev/null.
+  '__envd_r() { return "$1"; }',
+  // The interrupt (a timeout, a client gone) returns 130 with `set -e` off for the moment, so the session lives
+  // on under `set -e` as the rule says; __envd_run turns it back on.
+  "__envd_x() { trap '__envd_i=$-; set +e; return 130' INT; case $__envd_o in *x*) set -x;; esac; if { __envd_r \"$__envd_s\"; } 2>/dev/null; then command eval \"$1\"; else command eval \"$1\"; fi; }",
   '__envd_run() {',
   '  __envd_n=$1',
   "  command printf '\\036envd:%s:b\\036' \"$1\" >&8; command printf '\\036envd:%s:b\\036' \"$1\" >&9",
   '  if [ -n "$3" ]; then __envd_x "$2" <"$3" 7<&- 8>&- 9>&-; else __envd_x "$2" </dev/null 7<&- 8>&- 9>&-; fi',
-  '  __envd_s=$?',
-  '  { __envd_o=$-; set +x; } 2>/dev/null',
+  // Silently: under the user's `set -x` a traced `__envd_s=0` would end up in the command's stderr.
+  '  { __envd_s=$?; __envd_o=$-; set +x; case $__envd_i in *e*) set -e;; esac; __envd_i=; } 2>/dev/null',
   '  trap : INT',
   "  command printf '\\036envd:%s:e\\036' \"$1\" >&9; command printf '\\036envd:%s:e:%s\\036' \"$1\" \"$__envd_s\" >&8",
   '  __envd_n=',
@@ -52,7 +58,7 @@ export const DRIVER = [
   "    { command printf '\\036envd:%s:x:%s\\036' \"$__envd_n\" \"$__envd_s\" >&8; } 2>/dev/null || command printf '\\036envd:%s:x:%s\\036' \"$__envd_n\" \"$__envd_s\"",
   '  fi',
   '}',
-  '__envd_n= __envd_o=',
+  '__envd_n= __envd_o= __envd_s=0 __envd_i=',
   'trap __envd_exit EXIT',
   // A handler, not an ignore: an ignored signal would stay ignored in every program the session starts.
   'trap : INT',

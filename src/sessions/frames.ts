@@ -58,8 +58,9 @@ export class CommandFrames {
     for (let from = 0; ; ) {
       const at = data.indexOf(this.endPrefix, from);
       if (at < 0) {
-        // Output up to where a marker could begin goes on now; the rest waits for the next read.
-        const keep = Math.max(0, data.length - this.endPrefix.length + 1);
+        // Output goes on now up to a tail that could be the start of a marker split by the read; only that
+        // tail waits for the next read (so a line without RS reaches a stream client at once).
+        const keep = partialMarkerAt(data, this.endPrefix);
         if (keep > 0) emit(stream, data.subarray(0, keep));
         this.pending[stream] = Buffer.from(data.subarray(keep));
         return;
@@ -100,4 +101,16 @@ export class CommandFrames {
     this.frameEnd = { status: Number(match[2]), exited: match[1] === 'x' };
     return 'end';
   }
+}
+
+/**
+ * Where the tail of `data` that is a proper beginning of `marker` starts
+ * (only such a tail can be a marker split across two reads); data.length
+ * when there is none. The earliest candidate wins: it holds back the most.
+ */
+function partialMarkerAt(data: Buffer, marker: Buffer): number {
+  for (let at = data.indexOf(marker[0]!, Math.max(0, data.length - marker.length + 1)); at >= 0; at = data.indexOf(marker[0]!, at + 1)) {
+    if (marker.subarray(0, data.length - at).equals(data.subarray(at))) return at;
+  }
+  return data.length;
 }

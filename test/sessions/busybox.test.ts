@@ -87,15 +87,22 @@ describe('sessions in a busybox-only root', () => {
     await call('DELETE', `/sessions/${id}`);
   });
 
-  it('keeps the rules: markers, stdin, heredoc, syntax error, timeout, background job, binary and 10 MiB output, exit', async () => {
+  it('keeps the rules: markers, $?, stdin, heredoc, syntax error, timeout, background job, binary and 10 MiB output, exit', async () => {
     const id = (await call('POST', '/sessions', {})).body.id;
     const run = (cmd: string, extra: Record<string, unknown> = {}) => call('POST', `/sessions/${id}/commands`, { cmd, ...extra });
     expect((await run("printf '\\036envd:%s:e:0\\036' fake; printf tail; (exit 7)")).body).toMatchObject({ stdout: '\x1eenvd:fake:e:0\x1etail', exit_code: 7 });
+    expect((await run('echo "carried=$?"')).body).toMatchObject({ stdout: 'carried=7\n', exit_code: 0 });
     expect((await run('cat')).body).toMatchObject({ stdout: '', exit_code: 0 });
     expect((await run('cat', { stdin: 'in' })).body).toMatchObject({ stdout: 'in', exit_code: 0 });
     expect((await run('cat <<EOF\nh $((2*3))\nEOF')).body).toMatchObject({ stdout: 'h 6\n', exit_code: 0 });
     expect((await run('fi')).body.exit_code).toBe(2);
     expect((await run('sleep 30; echo no', { timeout: 0.3 })).body).toMatchObject({ stdout: '', exit_code: 124, timed_out: true });
+    // Under set -e too: the interrupt turns errexit off for its return only.
+    await run('set -e');
+    const interrupted = (await run('sleep 30', { timeout: 0.3 })).body;
+    expect(interrupted).toMatchObject({ exit_code: 124, timed_out: true });
+    expect(interrupted.session_ended).toBeUndefined();
+    expect((await run('echo "$?"; case $- in *e*) echo errexit;; esac; set +e')).body).toMatchObject({ stdout: '130\nerrexit\n', exit_code: 0 });
     expect((await run('sleep 60 & echo bg')).body).toMatchObject({ stdout: 'bg\n', exit_code: 0 });
     expect((await run('head -c 10485760 /dev/zero | tr "\\0" b | wc -c')).body.stdout.trim()).toBe('10485760');
     expect((await run('head -c 10485760 /dev/zero | tr "\\0" b')).body.stdout).toHaveLength(10485760);

@@ -30,6 +30,22 @@ describe('cutting a session command out of the shell\'s streams', () => {
     expect(result.stderr.toString()).toBe('err');
   });
 
+  it('hands output on as it is read, holding back only a tail that could begin a marker', () => {
+    const frames = new CommandFrames(NONCE);
+    const seen: string[] = [];
+    const feed = (text: string) => {
+      frames.feed('stdout', Buffer.from(text, 'latin1'), (_, bytes) => seen.push(bytes.toString('latin1')));
+      return seen.splice(0).join('');
+    };
+    expect(feed(`${begin}first\n`)).toBe('first\n');
+    expect(feed('two\x1eenvd:')).toBe('two');
+    expect(feed('not-a-nonce')).toBe('\x1eenvd:not-a-nonce');
+    expect(feed('x\x1e')).toBe('x');
+    expect(feed('\x1e')).toBe('\x1e');
+    expect(feed(`\x1eenvd:${NONCE}:e:0\x1e`)).toBe('\x1e');
+    expect(frames.end).toEqual({ status: 0, exited: false });
+  });
+
   it('reads an exit marker as the shell ending with the status', () => {
     const result = cut(Buffer.from(`${begin}bye\x1eenvd:${NONCE}:x:3\x1e`), Buffer.from(`${begin}\x1eenvd:${NONCE}:e\x1e`), 5);
     expect(result).toMatchObject({ complete: true, end: { status: 3, exited: true } });

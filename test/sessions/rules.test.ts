@@ -1,8 +1,10 @@
-import { existsSync } from 'node:fs';
+import { chmodSync, existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { useCommandServer } from '../helpers/command-user.js';
 import { findProcesses, waitFor } from '../helpers/proc.js';
-import { collectEvents } from '../helpers/sse.js';
+import { collectEvents, readEvents } from '../helpers/sse.js';
 
 // The rules of issue 40, each on bash and on the host's POSIX sh (dash); test/sessions/busybox.test.ts
 // runs them again in a busybox-only root.
@@ -27,6 +29,34 @@ describe.each(SHELLS)('a session in %s', (shell) => {
     expect(body).toEqual({ stdout: '/tmp\n1 2\nf:x\nalias-hi\n0027\nnounset\n', stderr: '', exit_code: 0, reason: 'exited' });
     const listed = (await fixture.server.json('GET', '/sessions')).body.sessions.find((s: any) => s.id === id);
     expect(listed).toMatchObject({ cwd: '/tmp', busy: false, shell });
+    await end(id);
+  });
+
+  it('carries $? from one command to the next: a failure, a syntax error, a timeout', async () => {
+    const id = await newSession(shell);
+    expect((await run(id, 'echo "first=$?"')).body).toMatchObject({ stdout: 'first=0\n', exit_code: 0 });
+    expect((await run(id, '(exit 7)')).body).toMatchObject({ exit_code: 7 });
+    expect((await run(id, 'echo "after=$?"')).body).toMatchObject({ stdout: 'after=7\n', exit_code: 0 });
+    expect((await run(id, 'echo "then=$?"')).body).toMatchObject({ stdout: 'then=0\n' });
+    expect((await run(id, 'if then')).body.exit_code).toBe(2);
+    expect((await run(id, 'echo "syntax=$?"')).body).toMatchObject({ stdout: 'syntax=2\n' });
+    expect((await run(id, 'sleep 30', { timeout: 0.3 })).body).toMatchObject({ exit_code: 124, timed_out: true });
+    // The shell saw the interrupted command return 130, as at a terminal after Ctrl-C.
+    expect((await run(id, 'echo "interrupted=$?"')).body).toMatchObject({ stdout: 'interrupted=130\n' });
+    await run(id, 'false');
+    expect((await run(id, 'echo "false=$?"; f() { return "$1"; }; f 9; echo "$?"')).body).toMatchObject({ stdout: 'false=1\n9\n', exit_code: 0 });
+    await end(id);
+  });
+
+  it("traces only the user's own lines under set -x, never the session's", async () => {
+    const id = await newSession(shell);
+    await run(id, 'set -x');
+    const { body } = await run(id, 'echo traced');
+    expect(body.stdout).toBe('traced\n');
+    expect(body.stderr).toMatch(/echo traced/);
+    expect(body.stderr).not.toMatch(/__envd/);
+    await run(id, 'set +x');
+    expect((await run(id, 'echo quiet')).body).toMatchObject({ stdout: 'quiet\n', stderr: '' });
     await end(id);
   });
 
@@ -84,6 +114,10 @@ describe.each(SHELLS)('a session in %s', (shell) => {
     const second = await newSession(shell);
     expect((await run(second, 'set -e; false; echo not-here')).body).toMatchObject({ stdout: '', exit_code: 1, session_ended: true });
     expect((await run(second, 'true')).status).toBe(410);
+    // Stricter than a terminal (docs/api.md): the command runs through eval, whose status 1 is itself a failure.
+    const third = await newSession(shell);
+    await run(third, 'set -e');
+    expect((await run(third, 'false && true')).body).toMatchObject({ exit_code: 1, session_ended: true });
   });
 
   it('times out a command with SIGINT to its foreground job; the session lives on with its state', async () => {
@@ -93,6 +127,16 @@ describe.each(SHELLS)('a session in %s', (shell) => {
     expect(body).toMatchObject({ stdout: 'before\n', exit_code: 124, timed_out: true });
     expect((await run(id, 'echo "$KEEP"')).body).toMatchObject({ stdout: 'kept\n', exit_code: 0 });
     await end(id);
+  });
+
+  it('lives on through a timeout under set -e, which stays on', async () => {
+    const id = await newSession(shell);
+    await run(id, 'set -e');
+    const { body } = await run(id, 'echo before; sleep 30; echo not-after', { timeout: 0.3 });
+    expect(body).toMatchObject({ stdout: 'before\n', exit_code: 124, timed_out: true });
+    expect(body.session_ended).toBeUndefined();
+    expect((await run(id, 'echo "$?"; case $- in *e*) echo errexit;; esac')).body).toMatchObject({ stdout: '130\nerrexit\n', exit_code: 0 });
+    expect((await run(id, 'false; echo not-here')).body).toMatchObject({ stdout: '', exit_code: 1, session_ended: true });
   });
 
   it('kills a foreground job that ignores SIGINT 2 s after it, and the session lives on', async () => {
@@ -142,6 +186,30 @@ describe.each(SHELLS)('a session in %s', (shell) => {
     expect(bytes('stderr').toString()).toBe('e\n');
     expect(events.at(-1)).toMatchObject({ event: 'exit', data: { exit_code: 4, reason: 'exited' } });
     expect((await run(id, 'echo still')).body).toMatchObject({ stdout: 'still\n' });
+    await end(id);
+  });
+
+  it('streams output as the command writes it, before the command ends', async () => {
+    const id = await newSession(shell);
+    const dir = mkdtempSync(join(tmpdir(), 'envd-session-live-'));
+    chmodSync(dir, 0o755);
+    const go = join(dir, 'go');
+    try {
+      // The command cannot end before the test has seen its first line: it waits for a file made only then.
+      const res = await fixture.server.call('POST', `/sessions/${id}/commands/stream`, { cmd: `echo first; while [ ! -e ${go} ]; do sleep 0.05; done; echo second` });
+      const events = readEvents(res);
+      expect((await events.next()).value).toMatchObject({ event: 'start' });
+      expect((await events.next()).value).toMatchObject({ event: 'stdout', data: { data: 'first\n' } });
+      writeFileSync(go, '');
+      const rest = [];
+      for await (const event of events) rest.push(event);
+      expect(rest).toEqual([
+        { event: 'stdout', data: { stream: 'stdout', data: 'second\n' } },
+        { event: 'exit', data: { exit_code: 0, reason: 'exited' } },
+      ]);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
     await end(id);
   });
 
