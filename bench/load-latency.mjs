@@ -6,17 +6,19 @@
 // The load is test/stress/hostile-files.test.ts's: rounds of 200 concurrent
 // archive downloads (a quarter tar.gz), raw uploads, raw reads and sha256
 // checksums of a name that a plain user (nobody) swaps between a file, a FIFO
-// and a symlink, while two probes time GET /health (every 50 ms) and
-// POST /commands `true` as COMMAND_USER (every 200 ms; beside it the bare
-// `bash -l -c true` it runs, spawned from this process, the baseline). Prints one JSON line per run: p50/p99 of
-// both probes, envd's idle and peak RSS, and the load average; with
-// ENVD_LATENCY_PROBE=1 envd's own event-loop delay and GC lines go to stderr.
+// and a symlink. Probes in a process of their own (bench/lib/latency-probes.mjs)
+// time GET /health (every 50 ms) and POST /commands `true` as COMMAND_USER
+// (every 200 ms), and beside them the baselines of the same window: the bare
+// `bash -l -c true` a command runs, and a bare fastify app's /health. Prints
+// one JSON line per run: p50/p99 of each, envd's idle and peak RSS and
+// anonymous memory, and the load average; with ENVD_LATENCY_PROBE=1 envd's
+// own event-loop delay and GC lines go to stderr.
 import { spawn } from 'node:child_process';
 import { chownSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { randomBytes } from 'node:crypto';
 import { parseArgs } from 'node:util';
-import { ENVD_SEA, rssBytes, startEnvd } from './lib/envd-process.mjs';
+import { anonBytes, ENVD_SEA, rssBytes, startEnvd, startServer } from './lib/envd-process.mjs';
 import { makeTempDir, removeTempDir } from './lib/temp.mjs';
 import { COMMAND_USER } from './lib/spawn-direct.mjs';
 
@@ -67,10 +69,18 @@ async function oneRun() {
   const swapper = spawn(process.execPath, ['-e', SWAPPER], { uid: NOBODY, gid: NOBODY, env: { DIR: dir }, stdio: 'ignore' });
   const call = (method, path, init = {}) => fetch(`${envd.url}${path}`, { method, ...init, headers: { authorization: `Bearer ${envd.token}`, ...init.headers } });
   await sleep(1_000);
+  // Anonymous memory too: RSS counts the pages of the 110 MB runtime that are mapped, which depend on the page cache
+  // (one copy of dist/ measured 18 MiB above another of the same build).
   const idleRss = rssBytes(envd.pid);
+  const idleAnon = anonBytes(envd.pid);
   let peak = idleRss;
-  const sampler = setInterval(() => (peak = Math.max(peak, rssBytes(envd.pid))), 100);
-  const probes = spawn(process.execPath, [new URL('./lib/latency-probes.mjs', import.meta.url).pathname, envd.url, envd.token, COMMAND_USER.name], { stdio: ['ignore', 'pipe', 'inherit'] });
+  let peakAnon = idleAnon;
+  const sampler = setInterval(() => {
+    peak = Math.max(peak, rssBytes(envd.pid));
+    peakAnon = Math.max(peakAnon, anonBytes(envd.pid));
+  }, 100);
+  const bare = await startServer({ args: [new URL('./lib/bare-fastify.mjs', import.meta.url).pathname], usePortFlag: false });
+  const probes = spawn(process.execPath, [new URL('./lib/latency-probes.mjs', import.meta.url).pathname, envd.url, envd.token, COMMAND_USER.name, bare.url], { stdio: ['ignore', 'pipe', 'inherit'] });
   let probeOutput = '';
   probes.stdout.on('data', (chunk) => (probeOutput += chunk));
   while (!probeOutput.startsWith('ready\n')) await sleep(20);
@@ -95,6 +105,7 @@ async function oneRun() {
   clearInterval(sampler);
   swapper.kill('SIGKILL');
   await envd.stop();
+  await bare.stop();
   removeTempDir(dir);
   const ms = (v) => Math.round(v * 10) / 10;
   return {
@@ -102,8 +113,9 @@ async function oneRun() {
     seconds,
     healthP50: ms(percentile(latencies.health, 50)), healthP99: ms(percentile(latencies.health, 99)), healthN: latencies.health.length,
     commandP50: ms(percentile(latencies.command, 50)), commandP99: ms(percentile(latencies.command, 99)), commandN: latencies.command.length,
-    bareP50: ms(percentile(latencies.bare, 50)), bareP99: ms(percentile(latencies.bare, 99)),
-    idleRssMiB: ms(idleRss / 2 ** 20), peakRssMiB: ms(peak / 2 ** 20),
+    bareShellP50: ms(percentile(latencies.bare, 50)), bareShellP99: ms(percentile(latencies.bare, 99)),
+    bareHealthP50: ms(percentile(latencies.bareHealth, 50)), bareHealthP99: ms(percentile(latencies.bareHealth, 99)),
+    idleRssMiB: ms(idleRss / 2 ** 20), peakRssMiB: ms(peak / 2 ** 20), idleAnonMiB: ms(idleAnon / 2 ** 20), peakAnonMiB: ms(peakAnon / 2 ** 20),
     load: readFileSync('/proc/loadavg', 'utf8').split(' ')[0],
   };
 }

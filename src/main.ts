@@ -96,7 +96,6 @@ async function main(): Promise<void> {
   }
   startMemoryReclaim(mallocTrimmer(config.stateDir, logger));
   paceCollectorForTransfers();
-  (await import('./thread-priority.js')).niceHelperThreadsOnceStarted();
   if (process.env.ENVD_LATENCY_PROBE) (await import('./latency-probe.js')).startLatencyProbe();
   warnIfStateDirNotTmpfs(config.stateDir, logger);
   const { bootServicesOnce } = await import('./services/boot-files.js');
