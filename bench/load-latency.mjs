@@ -19,6 +19,7 @@ import { join } from 'node:path';
 import { randomBytes } from 'node:crypto';
 import { parseArgs } from 'node:util';
 import { anonBytes, ENVD_SEA, rssBytes, startEnvd, startServer } from './lib/envd-process.mjs';
+import { percentile } from './lib/stats.mjs';
 import { makeTempDir, removeTempDir } from './lib/temp.mjs';
 import { COMMAND_USER } from './lib/spawn-direct.mjs';
 
@@ -26,11 +27,6 @@ const { values: opts } = parseArgs({ options: { rounds: { type: 'string', defaul
 const NOBODY = 65534;
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 const q = (path) => `path=${encodeURIComponent(path)}`;
-
-function percentile(values, p) {
-  const sorted = [...values].sort((a, b) => a - b);
-  return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))] ?? 0;
-}
 
 // The user's side: swap/x turns between a file, a FIFO and a symlink, and envd's temporary names are taken.
 const SWAPPER = `
@@ -111,10 +107,10 @@ async function oneRun() {
   return {
     executable: process.env.ENVD_BENCH_EXECUTABLE ?? ENVD_SEA,
     seconds,
-    healthP50: ms(percentile(latencies.health, 50)), healthP99: ms(percentile(latencies.health, 99)), healthN: latencies.health.length,
-    commandP50: ms(percentile(latencies.command, 50)), commandP99: ms(percentile(latencies.command, 99)), commandN: latencies.command.length,
-    bareShellP50: ms(percentile(latencies.bare, 50)), bareShellP99: ms(percentile(latencies.bare, 99)),
-    bareHealthP50: ms(percentile(latencies.bareHealth, 50)), bareHealthP99: ms(percentile(latencies.bareHealth, 99)),
+    healthP50: ms(percentile(latencies.health, 0.5)), healthP99: ms(percentile(latencies.health, 0.99)), healthN: latencies.health.length,
+    commandP50: ms(percentile(latencies.command, 0.5)), commandP99: ms(percentile(latencies.command, 0.99)), commandN: latencies.command.length,
+    bareShellP50: ms(percentile(latencies.bare, 0.5)), bareShellP99: ms(percentile(latencies.bare, 0.99)),
+    bareHealthP50: ms(percentile(latencies.bareHealth, 0.5)), bareHealthP99: ms(percentile(latencies.bareHealth, 0.99)),
     idleRssMiB: ms(idleRss / 2 ** 20), peakRssMiB: ms(peak / 2 ** 20), idleAnonMiB: ms(idleAnon / 2 ** 20), peakAnonMiB: ms(peakAnon / 2 ** 20),
     load: readFileSync('/proc/loadavg', 'utf8').split(' ')[0],
   };
