@@ -10,6 +10,8 @@
 //   longer tracks, and, once every command is DELETEd, any holder, state
 //   directory, spool file or cgroup left;
 // - latency: a minute whose /health or `true` p99 is over 10x its idle p99.
+// Beside `true` it times the bare login shell that `true` runs, in the same
+// minute (reported, not judged): what the machine's load costs any process start.
 //
 //   npm run soak -- --minutes 10 [--report soak.json] [--log envd.log] [--bundle]
 // --report writes a vitest-shaped JSON report (.ci/count.mjs adds it to CI's
@@ -26,6 +28,7 @@ import { percentile } from './lib/stats.mjs';
 import { makeTempDir, removeTempDir } from './lib/temp.mjs';
 import { descriptors, kept, memory, processes, socketDetails, total } from './lib/soak-probe.mjs';
 import { prepareWorkDir, runWorkers, WORKERS } from './lib/soak-workers.mjs';
+import { spawnLoginShell } from './lib/spawn-direct.mjs';
 
 const MIB = 1024 * 1024;
 /** The budget of issue 45: under load, and 30 s after it. */
@@ -71,7 +74,17 @@ const timeTrue = (envd) =>
     if (status !== 200 || JSON.parse(body).exit_code !== 0) throw new Error(`true answered ${status}: ${body.slice(0, 200)}`);
   });
 
-/** Times /health every 250 ms and `true` every second until stopped, into `into().health` / `into().true`. */
+/**
+ * The same window's baseline for `true` (reported, not judged): the login shell it runs, spawned from
+ * this process as the same user. On a machine loaded by other work both wait for the CPU alike.
+ */
+const timeBareTrue = () =>
+  timed(async () => {
+    const { code } = await spawnLoginShell('true');
+    if (code !== 0) throw new Error(`bash -l -c true exited with ${code}`);
+  });
+
+/** Times /health every 250 ms, `true` and the bare login shell every second until stopped, into `into().health` / `.true` / `.bare`. */
 function startProbes(envd, into, onError) {
   let running = true;
   const loop = async (probe, key, everyMs) => {
@@ -85,7 +98,7 @@ function startProbes(envd, into, onError) {
       await sleep(Math.max(0, next - performance.now()));
     }
   };
-  const done = Promise.all([loop(timeHealth, 'health', 250), loop(timeTrue, 'true', 1000)]);
+  const done = Promise.all([loop(timeHealth, 'health', 250), loop(timeTrue, 'true', 1000), loop(timeBareTrue, 'bare', 1000)]);
   return () => ((running = false), done);
 }
 
@@ -106,7 +119,7 @@ function startSampler(envd) {
   return sampler;
 }
 
-const newMinute = () => ({ ops: 0, errors: 0, messages: [], rss: 0, anon: 0, fds: 0, procs: 0, health: [], true: [] });
+const newMinute = () => ({ ops: 0, errors: 0, messages: [], rss: 0, anon: 0, fds: 0, procs: 0, health: [], true: [], bare: [] });
 
 /** Every work kind twice (each branch of a worker once): what idle is measured after. */
 async function warmUp(context) {
@@ -163,7 +176,7 @@ async function main() {
     const idle = { ...memory(envd.pid), fds: descriptors(envd.pid), sockets: socketDetails(envd.pid), procs: processes(envd.pid, envd.stateDir), kept: kept(envd.stateDir, envd.spoolDir) };
     console.log(`soak: ${minutes} min against ${opts.bundle ? 'dist/envd.js' : 'dist/envd'} (pid ${envd.pid}), commands as ${USER ?? 'the running user'}`);
     console.log(`idle: RSS ${mib(idle.rss)} MiB, anon ${mib(idle.anon)} MiB, fds ${total(idle.fds)}, processes ${idle.procs.count}, /health p99 ${idleP99.health.toFixed(1)} ms, true p99 ${idleP99.true.toFixed(1)} ms`);
-    console.log('min  ops    errors  RSS+MiB  anon+MiB  fds  procs  health-p99-ms  true-p99-ms');
+    console.log('min  ops    errors  RSS+MiB  anon+MiB  fds  procs  health-p99-ms  true-p99-ms  bare-sh-p99-ms');
 
     const rows = [];
     let minute = newMinute();
@@ -181,7 +194,7 @@ async function main() {
       rows.push(minute);
       const m = minute;
       console.log(
-        `${String(rows.length).padStart(3)}  ${String(m.ops).padStart(5)}  ${String(m.errors).padStart(6)}  ${mib(m.rss - idle.rss).padStart(7)}  ${mib(m.anon - idle.anon).padStart(8)}  ${String(m.fds).padStart(3)}  ${String(m.procs).padStart(5)}  ${percentile(m.health, 0.99).toFixed(1).padStart(13)}  ${percentile(m.true, 0.99).toFixed(1).padStart(11)}`,
+        `${String(rows.length).padStart(3)}  ${String(m.ops).padStart(5)}  ${String(m.errors).padStart(6)}  ${mib(m.rss - idle.rss).padStart(7)}  ${mib(m.anon - idle.anon).padStart(8)}  ${String(m.fds).padStart(3)}  ${String(m.procs).padStart(5)}  ${percentile(m.health, 0.99).toFixed(1).padStart(13)}  ${percentile(m.true, 0.99).toFixed(1).padStart(11)}  ${percentile(m.bare, 0.99).toFixed(1).padStart(14)}`,
       );
       for (const message of m.messages.slice(0, 5)) console.log(`     error: ${message}`);
       minute = newMinute();
@@ -224,6 +237,10 @@ async function main() {
       if (judged.has(probe)) check(name, worst <= allowed, detail);
       else console.log(`${worst <= allowed ? 'ok  ' : 'over'} (reported, not judged) ${name}: ${detail}`);
     }
+
+    // What envd adds to a command start beyond the machine's own cost of one, minute by minute.
+    const ratios = rows.filter((r) => r.true.length > 0 && r.bare.length > 0).map((r) => percentile(r.true, 0.99) / percentile(r.bare, 0.99));
+    if (ratios.length) console.log(`(reported) \`true\` p99 / bare login shell p99 in the same minute: worst ${Math.max(...ratios).toFixed(2)}x, median ${percentile(ratios, 0.5).toFixed(2)}x`);
 
     // Leaks, with the client's connections closed: no kind of descriptor above idle.
     const fdsBack = await waitUntil(() => Object.entries(descriptors(envd.pid)).every(([kind, n]) => n <= (idle.fds[kind] ?? 0)), 10_000);

@@ -96,6 +96,7 @@ async function main(): Promise<void> {
   }
   startMemoryReclaim(mallocTrimmer(config.stateDir, logger));
   paceCollectorForTransfers();
+  if (process.env.ENVD_LATENCY_PROBE) (await import('./latency-probe.js')).startLatencyProbe();
   warnIfStateDirNotTmpfs(config.stateDir, logger);
   const { bootServicesOnce } = await import('./services/boot-files.js');
   bootServicesOnce(config.servicesDir, config.stateDir, app.envd.services, logger.child({ feature: 'services' }));
