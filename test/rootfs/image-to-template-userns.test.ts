@@ -7,6 +7,7 @@ import { execFileSync, spawnSync } from 'node:child_process';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+// @ts-expect-error: rootfs/ is plain ESM JavaScript run by node on the build host, with no type declarations.
 import { planNamespace, ROOT_RANGE_BASE, runInNamespace } from '../../rootfs/userns.mjs';
 import { isRoot } from '../helpers/users.js';
 
