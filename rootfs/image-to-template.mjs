@@ -74,11 +74,16 @@ function chooseNamespace(mode) {
   try {
     return planNamespace();
   } catch (error) {
-    if (!(error instanceof NamespaceUnavailable)) throw error;
-    if (mode === 'require') throw Object.assign(new Error(`no user namespace (${error.message}); --userns require refuses to convert without one`), { exitStatus: 1 });
-    process.stderr.write(`image-to-template: warning: no user namespace (${error.message}): converting as ${process.getuid() === 0 ? 'root' : 'this user'}, relying on in-root resolution alone\n`);
-    return undefined;
+    return fallBack(mode, error);
   }
+}
+
+/** No namespace after all (`error` says why): --userns require refuses, auto warns and goes on in this process. */
+function fallBack(mode, error) {
+  if (!(error instanceof NamespaceUnavailable)) throw error;
+  if (mode === 'require') throw Object.assign(new Error(`no user namespace (${error.message}); --userns require refuses to convert without one`), { exitStatus: 1 });
+  process.stderr.write(`image-to-template: warning: no user namespace (${error.message}): converting as ${process.getuid() === 0 ? 'root' : 'this user'}, relying on in-root resolution alone\n`);
+  return undefined;
 }
 
 /**
@@ -113,18 +118,23 @@ async function main() {
   if (!existsSync(dirname(output))) throw new BadInput(`the directory of ${output} does not exist`);
   const isDirectory = statSync(image).isDirectory();
   if (!isDirectory) listTar(image); // bad input before anything else
-  const plan = chooseNamespace(options.userns);
+  let plan = chooseNamespace(options.userns);
   const work = mkdtempSync(join(dirname(output), `.${basename(output)}.work-`));
   const cleanUp = () => rmSync(work, { recursive: true, force: true });
   for (const signal of ['SIGINT', 'SIGTERM', 'SIGHUP']) process.on(signal, () => (cleanUp(), process.exit(1)));
   try {
-    let isolation;
+    let isolation = 'in a user namespace';
     if (plan) {
       say(`converting in a user namespace: ${plan.describe}`);
-      const status = await convertInNamespace(plan, work, image, isDirectory, options);
-      if (status !== 0) return status; // convert.mjs said why
-      isolation = 'in a user namespace';
-    } else {
+      try {
+        const status = await convertInNamespace(plan, work, image, isDirectory, options);
+        if (status !== 0) return status; // convert.mjs said why
+      } catch (error) {
+        // The kernel or the maps refused (unshare: Operation not permitted): nothing ran in it yet.
+        plan = fallBack(options.userns, error);
+      }
+    }
+    if (!plan) {
       const fd = isDirectory ? undefined : openSync(image, 'r');
       try {
         convertInWork(work, isDirectory ? { dir: image } : { fd, kind: 'tar' }, options, say);

@@ -21,8 +21,8 @@ beforeAll(() => {
 });
 afterAll(() => rmSync(work, { recursive: true, force: true }));
 
-function convert(args: string[], as?: number) {
-  const result = spawnSync(process.execPath, [SCRIPT, ...args], { encoding: 'utf8', ...(as === undefined ? {} : { uid: as, gid: as }) });
+function convert(args: string[], as?: number, env: NodeJS.ProcessEnv = process.env) {
+  const result = spawnSync(process.execPath, [SCRIPT, ...args], { encoding: 'utf8', env, ...(as === undefined ? {} : { uid: as, gid: as }) });
   return { status: result.status, stdout: result.stdout, stderr: result.stderr };
 }
 
@@ -125,6 +125,23 @@ describe.skipIf(!isRoot())('image-to-template in a user namespace (root only: it
     expect(lstatSync(join(scratch, 'made'))).toMatchObject({ uid: ROOT_RANGE_BASE, gid: ROOT_RANGE_BASE });
     // The control: the same write as root on the host goes through, so the refusal above is the namespace's.
     execFileSync('touch', [join(canary, 'control')]);
+  });
+
+  it('where the kernel refuses the namespace (unshare: Operation not permitted): --userns require refuses, auto warns and converts in-root', () => {
+    // Stands for user.max_user_namespaces=0: an unshare that fails as the kernel's refusal makes it fail.
+    const bin = mkdtempSync(join(work, 'bin-'));
+    writeFileSync(join(bin, 'unshare'), '#!/bin/sh\necho "unshare: unshare failed: Operation not permitted" >&2\nexit 1\n', { mode: 0o755 });
+    const env = { ...process.env, PATH: `${bin}:${process.env.PATH}` };
+    const image = dockerSave('refused-ns', makeTree('refused-ns'));
+    const refused = convert([image, join(work, 'refused-ns.ext4'), '--userns', 'require'], undefined, env);
+    expect(refused.status).toBe(1);
+    expect(refused.stderr).toContain('no user namespace (unshare: unshare failed: Operation not permitted); --userns require refuses');
+    expect(existsSync(join(work, 'refused-ns.ext4'))).toBe(false);
+    const fellBack = convert([image, join(work, 'fallback-ns.ext4'), '--default-user', 'user'], undefined, env);
+    expect(fellBack, fellBack.stderr).toMatchObject({ status: 0 });
+    expect(fellBack.stderr).toContain('warning: no user namespace (unshare: unshare failed: Operation not permitted): converting as root, relying on in-root resolution alone');
+    expect(fellBack.stdout).toContain('(in-root resolution only)');
+    expect(owners(join(work, 'fallback-ns.ext4'), ['/usr/bin/su', '/home/user'])).toEqual({ '/usr/bin/su': '04755 0:0', '/home/user': '0700 1000:1000' });
   });
 
   it('as a plain user without subordinate ids: --userns require refuses, auto warns and falls back to the in-root mode', () => {
