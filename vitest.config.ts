@@ -10,6 +10,6 @@ export default defineConfig({
     // Tests count processes and file descriptors: one file at a time keeps those counts honest.
     fileParallelism: false,
     pool: 'forks',
-    setupFiles: ['test/helpers/no-leftover-temps.ts', 'test/helpers/file-batches.ts'],
+    setupFiles: ['test/helpers/no-leftover-temps.ts'],
   },
 });

@@ -8,12 +8,17 @@ import { closeSync, constants, mkdirSync, mkdtempSync, openSync, readdirSync, rm
 import { constants as os, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
-import { fileBatches, NOT_REGULAR, useFileBatches } from '../../src/files/tar/file-batch.js';
+import { NOT_REGULAR, useFileBatches } from '../../src/files/tar/file-batch.js';
 import { tarPieces } from '../../src/files/tar/write.js';
+import type { Logger } from '../../src/logger.js';
+import { fileBatchCalls } from '../../src/native/malloc-trim.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'envd-file-batch-'));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
-const native = fileBatches()!;
+/** The addon's calls, as main.ts loads them; a missing addon fails here rather than testing node:fs twice. */
+const refuse = { warn: (_: unknown, message: string) => { throw new Error(`${message}: run node build.mjs first`); } } as unknown as Logger;
+const native = fileBatchCalls(dir, refuse)!;
+useFileBatches(native);
 afterEach(() => useFileBatches(native));
 
 const openDescriptors = () => readdirSync('/proc/self/fd').length;

@@ -9,6 +9,6 @@ export default defineConfig({
     // Each scenario measures envd's fds and RSS: one at a time.
     fileParallelism: false,
     pool: 'forks',
-    setupFiles: ['test/helpers/no-leftover-temps.ts', 'test/helpers/file-batches.ts'],
+    setupFiles: ['test/helpers/no-leftover-temps.ts'],
   },
 });
