@@ -16,19 +16,26 @@
 // per boot, --entrypoint-file); `mkfs.ext4 -d` makes the image (no loop mount).
 // Everything happens in a work directory beside OUTPUT, renamed into place at
 // the end: a failure leaves no half-written image. Bad input exits 2.
-import { execFileSync, spawnSync } from 'node:child_process';
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, renameSync, rmSync, statSync } from 'node:fs';
+//
+// --userns auto (default) runs the conversion (convert.mjs: unpacking, layers,
+// install, mkfs) as the root of a user namespace whose ids are an unprivileged
+// host range (userns.mjs); without user namespaces it warns and converts in this
+// process, relying on in-root resolution alone. --userns require refuses then
+// (exit 1); --userns off always converts in this process.
+import { spawn, spawnSync } from 'node:child_process';
+import { chownSync, closeSync, existsSync, mkdtempSync, openSync, readFileSync, renameSync, rmSync, statSync } from 'node:fs';
 import { basename, dirname, join, resolve } from 'node:path';
-import { InRootError, readFileInRoot, resolveInRoot, writeFileInRoot } from './in-root.mjs';
-import { BadInput, installEnvd } from './install.mjs';
-import { applyLayer, LayerError } from './layers.mjs';
+import { fileURLToPath } from 'node:url';
+import { convertInWork, IMAGE_NAME, isBadInput, SUMMARY_NAME } from './convert.mjs';
+import { BadInput } from './install.mjs';
+import { NamespaceUnavailable, planNamespace, runInNamespace } from './userns.mjs';
 
-const USAGE = 'usage: image-to-template.mjs IMAGE OUTPUT.ext4 [--default-user USER] [--init auto|systemd|openrc|busybox|envd-init] [--entrypoint | --entrypoint-once] [--size-mib N]';
-/** An OCI content digest (image-spec descriptor.md): algorithm, then the encoded hash; nothing a path could climb with. */
-const DIGEST = /^[a-z0-9]+(?:[+._-][a-z0-9]+)*:[a-zA-Z0-9=_-]+$/;
+const CONVERT = join(dirname(fileURLToPath(import.meta.url)), 'convert.mjs');
+const USAGE = 'usage: image-to-template.mjs IMAGE OUTPUT.ext4 [--default-user USER] [--init auto|systemd|openrc|busybox|envd-init] [--entrypoint | --entrypoint-once] [--size-mib N] [--userns auto|require|off]';
+const USERNS_MODES = ['auto', 'require', 'off'];
 
 function parseArgs(argv) {
-  const options = { defaultUser: undefined, init: 'auto', entrypoint: undefined, sizeMib: undefined, positional: [] };
+  const options = { defaultUser: undefined, init: 'auto', entrypoint: undefined, sizeMib: undefined, userns: 'auto', positional: [] };
   for (let i = 0; i < argv.length; i++) {
     const arg = argv[i];
     const value = () => {
@@ -37,7 +44,10 @@ function parseArgs(argv) {
     };
     if (arg === '--default-user') options.defaultUser = value();
     else if (arg === '--init') options.init = value();
-    else if (arg === '--entrypoint') options.entrypoint = 'service';
+    else if (arg === '--userns') {
+      options.userns = value();
+      if (!USERNS_MODES.includes(options.userns)) throw new BadInput(`--userns must be one of ${USERNS_MODES.join(', ')}`);
+    } else if (arg === '--entrypoint') options.entrypoint = 'service';
     else if (arg === '--entrypoint-once') options.entrypoint = 'once';
     else if (arg === '--size-mib') {
       options.sizeMib = Number(value());
@@ -49,151 +59,104 @@ function parseArgs(argv) {
   return options;
 }
 
-/** Runs a program; its failure is ours (exit 1), with what it printed. */
-function run(file, args) {
-  const result = spawnSync(file, args, { encoding: 'utf8', maxBuffer: 256 * 1024 * 1024 });
-  if (result.error) throw result.error;
-  if (result.status !== 0) throw Object.assign(new Error(`${file} ${args.join(' ')} failed (${result.status}): ${result.stderr.trim()}`), { status: result.status, stderr: result.stderr });
-  return result.stdout;
-}
-
 /** Entries of a tar archive (compression detected by tar); a file that is no archive is bad input. */
 function listTar(archive) {
+  const result = spawnSync('tar', ['-tf', archive], { encoding: 'utf8', stdio: ['ignore', 'ignore', 'pipe'] });
+  if (result.error) throw result.error;
+  if (result.status !== 0) throw new BadInput(`${archive} is not a tar archive (${result.stderr.trim().split('\n')[0]})`);
+}
+
+const say = (line) => process.stdout.write(`image-to-template: ${line}\n`);
+
+/** The namespace plan for --userns, or undefined to convert in this process (said so when it is a fallback). */
+function chooseNamespace(mode) {
+  if (mode === 'off') return undefined;
   try {
-    return run('tar', ['-tf', archive]).split('\n').filter(Boolean);
+    return planNamespace();
   } catch (error) {
-    throw new BadInput(`${archive} is not a tar archive (${error.stderr?.trim().split('\n')[0] ?? error.message})`);
+    return fallBack(mode, error);
   }
 }
 
-/**
- * The host path of `name` inside the unpacked image: relative, no `..`, and
- * its symlinks (docker save links identical layers) resolved inside the image.
- * It must be a regular file there.
- */
-function fileInImage(unpacked, name, what) {
-  if (typeof name !== 'string' || name === '' || name.startsWith('/') || name.split('/').includes('..')) {
-    throw new BadInput(`${what} ${JSON.stringify(name)} is not a path inside the image`);
-  }
-  let found;
-  try {
-    found = resolveInRoot(unpacked, name);
-  } catch (error) {
-    if (error instanceof InRootError) throw new BadInput(`${what} ${JSON.stringify(name)}: ${error.message}`);
-    throw error;
-  }
-  if (found.missing || !found.stat.isFile()) throw new BadInput(`${what} ${JSON.stringify(name)} is not a file in the image`);
-  return found.path;
-}
-
-const readJson = (path, what) => {
-  try {
-    return JSON.parse(readFileSync(path, 'utf8'));
-  } catch (error) {
-    throw new BadInput(`${what}: ${error.message}`);
-  }
-};
-
-/** The layers (in order) and the image config of an unpacked docker-save or OCI tarball; undefined for a flat root. */
-function describeImage(unpacked) {
-  const blob = (descriptor, what) => {
-    const digest = descriptor?.digest;
-    if (typeof digest !== 'string' || !DIGEST.test(digest)) throw new BadInput(`${what}: ${JSON.stringify(digest)} is not a digest`);
-    return fileInImage(unpacked, `blobs/${digest.replace(':', '/')}`, what);
-  };
-  const has = (name) => !resolveInRoot(unpacked, name, { followLast: false }).missing;
-  if (has('manifest.json')) {
-    const [manifest] = [readJson(fileInImage(unpacked, 'manifest.json', 'manifest.json'), 'manifest.json')].flat();
-    if (!Array.isArray(manifest?.Layers)) throw new BadInput('manifest.json lists no layers');
-    return {
-      layers: manifest.Layers.map((layer) => fileInImage(unpacked, layer, 'manifest.json: layer')),
-      config: manifest.Config ? readJson(fileInImage(unpacked, manifest.Config, 'manifest.json: config'), 'the image config') : {},
-    };
-  }
-  if (has('index.json')) {
-    let manifest = readJson(fileInImage(unpacked, 'index.json', 'index.json'), 'index.json');
-    // An index may point at a manifest or at another index (multi-platform): follow to linux/amd64 or the first.
-    for (let depth = 0; manifest?.manifests; depth++) {
-      if (!Array.isArray(manifest.manifests) || depth > 8) throw new BadInput('index.json: the indexes do not lead to a manifest');
-      const pick = manifest.manifests.find((m) => m?.platform?.os === 'linux' && m?.platform?.architecture === 'amd64') ?? manifest.manifests[0];
-      if (!pick) throw new BadInput('index.json lists no manifest');
-      manifest = readJson(blob(pick, 'index.json: manifest'), `manifest ${pick.digest}`);
-    }
-    if (!Array.isArray(manifest?.layers)) throw new BadInput('the OCI manifest lists no layers');
-    return { layers: manifest.layers.map((layer) => blob(layer, 'the OCI manifest: layer')), config: manifest.config ? readJson(blob(manifest.config, 'the OCI manifest: config'), 'the image config') : {} };
-  }
+/** No namespace after all (`error` says why): --userns require refuses, auto warns and goes on in this process. */
+function fallBack(mode, error) {
+  if (!(error instanceof NamespaceUnavailable)) throw error;
+  if (mode === 'require') throw Object.assign(new Error(`no user namespace (${error.message}); --userns require refuses to convert without one`), { exitStatus: 1 });
+  process.stderr.write(`image-to-template: warning: no user namespace (${error.message}): converting as ${process.getuid() === 0 ? 'root' : 'this user'}, relying on in-root resolution alone\n`);
   return undefined;
 }
 
 /**
- * --entrypoint: the same as a service (the body of PUT /services/entrypoint): the program and its arguments
- * run without a shell, restarted when it fails (the default policy, on-failure).
+ * Runs convert.mjs as root of the namespace in `work`, the image on its stdin (a
+ * directory as a tar stream that this process makes: the namespace cannot read a
+ * root-owned tree). Returns its exit status.
  */
-function entrypointService(config) {
-  const { args: [cmd, ...args], ...rest } = entrypointOf(config);
-  return { cmd, args, ...rest };
+async function convertInNamespace(plan, work, image, isDirectory, options) {
+  chownSync(work, plan.owner.uid, plan.owner.gid);
+  const tree = isDirectory ? spawn('tar', ['-cf', '-', '--numeric-owner', '-C', image, '.'], { stdio: ['ignore', 'pipe', 'inherit'] }) : undefined;
+  // 'exit', not 'close': its stdout is the namespace's stdin, never read (so never ended) here.
+  const treeDone = tree && new Promise((resolve) => tree.on('exit', resolve));
+  const fd = isDirectory ? undefined : openSync(image, 'r');
+  try {
+    const { defaultUser, init, entrypoint, sizeMib } = options;
+    const argv = [process.execPath, CONVERT, JSON.stringify({ kind: isDirectory ? 'tree' : 'tar', defaultUser, init, entrypoint, sizeMib })];
+    const running = runInNamespace(plan, argv, { cwd: work, stdin: tree ? tree.stdout : fd });
+    tree?.stdout.destroy(); // the child has its own copy: tar -c sees EPIPE, not a stall, if the child dies
+    const { status, signal } = await running;
+    if (tree && (await treeDone) !== 0 && status === 0) throw new Error(`tar -c of ${image} failed`);
+    return status ?? (signal ? 1 : 0);
+  } finally {
+    if (fd !== undefined) closeSync(fd);
+    tree?.kill();
+  }
 }
 
-/** What --entrypoint-once hands envd: the image's Entrypoint + Cmd, run as its User in its WorkingDir with its Env. */
-function entrypointOf(config) {
-  const c = config.config ?? config.Config ?? {};
-  const args = [...(c.Entrypoint ?? []), ...(c.Cmd ?? [])];
-  if (args.length === 0) throw new BadInput('--entrypoint: the image has no Entrypoint or Cmd');
-  const envs = Object.fromEntries((c.Env ?? []).map((kv) => [kv.slice(0, kv.indexOf('=')), kv.slice(kv.indexOf('=') + 1)]));
-  return { args, ...(c.User ? { user: String(c.User) } : {}), ...(c.WorkingDir ? { cwd: c.WorkingDir } : {}), envs };
-}
-
-function main() {
+async function main() {
   const options = parseArgs(process.argv.slice(2));
-  const [image, outputArg] = options.positional.map((p) => resolve(p));
-  const output = outputArg;
+  const [image, output] = options.positional.map((p) => resolve(p));
   if (!existsSync(image)) throw new BadInput(`${image} does not exist`);
   if (!existsSync(dirname(output))) throw new BadInput(`the directory of ${output} does not exist`);
+  const isDirectory = statSync(image).isDirectory();
+  if (!isDirectory) listTar(image); // bad input before anything else
+  let plan = chooseNamespace(options.userns);
   const work = mkdtempSync(join(dirname(output), `.${basename(output)}.work-`));
   const cleanUp = () => rmSync(work, { recursive: true, force: true });
   for (const signal of ['SIGINT', 'SIGTERM', 'SIGHUP']) process.on(signal, () => (cleanUp(), process.exit(1)));
   try {
-    const root = join(work, 'root');
-    mkdirSync(root);
-    let config = {};
-    if (statSync(image).isDirectory()) {
-      run('cp', ['-a', `${image}/.`, root]);
-    } else {
-      const unpacked = join(work, 'image');
-      mkdirSync(unpacked);
-      listTar(image); // bad input before anything else
-      run('tar', ['-xf', image, '-C', unpacked, '--numeric-owner']);
-      const described = describeImage(unpacked);
-      if (described) {
-        for (const layer of described.layers) applyLayer(root, layer);
-        config = described.config;
-      } else {
-        rmSync(root, { recursive: true });
-        renameSync(unpacked, root); // a flat root (docker export)
+    let isolation = 'in a user namespace';
+    if (plan) {
+      say(`converting in a user namespace: ${plan.describe}`);
+      try {
+        const status = await convertInNamespace(plan, work, image, isDirectory, options);
+        if (status !== 0) return status; // convert.mjs said why
+      } catch (error) {
+        // The kernel or the maps refused (unshare: Operation not permitted): nothing ran in it yet.
+        plan = fallBack(options.userns, error);
       }
     }
-    const installed = installEnvd(root, { defaultUser: options.defaultUser, init: options.init }, (line) => process.stdout.write(`image-to-template: ${line}\n`));
-    if (options.entrypoint === 'service') {
-      writeFileInRoot(root, '/etc/envd/services/entrypoint.json', `${JSON.stringify(entrypointService(config))}\n`, 0o644);
-    } else if (options.entrypoint === 'once') {
-      writeFileInRoot(root, '/etc/envd/entrypoint.json', `${JSON.stringify(entrypointOf(config))}\n`, 0o644);
-      writeFileInRoot(root, '/etc/envd/envd.env', `${readFileInRoot(root, '/etc/envd/envd.env')}ENVD_ENTRYPOINT_FILE=/etc/envd/entrypoint.json\n`, 0o644);
+    if (!plan) {
+      const fd = isDirectory ? undefined : openSync(image, 'r');
+      try {
+        convertInWork(work, isDirectory ? { dir: image } : { fd, kind: 'tar' }, options, say);
+      } finally {
+        if (fd !== undefined) closeSync(fd);
+      }
+      isolation = 'in-root resolution only';
     }
-    const usedMib = Math.ceil(Number(execFileSync('du', ['-sb', root], { encoding: 'utf8' }).split('\t')[0]) / 1024 / 1024);
-    // Room to work in: a fifth more than the files, and at least 256 MiB free.
-    const sizeMib = options.sizeMib ?? Math.max(usedMib + 256, Math.ceil(usedMib * 1.2));
-    const partial = join(work, 'image.ext4');
-    run('mkfs.ext4', ['-q', '-F', '-L', 'rootfs', '-d', root, partial, `${sizeMib}M`]);
-    renameSync(partial, output);
-    process.stdout.write(`${output}: ${sizeMib} MiB ext4, ${usedMib} MiB of files, started by ${installed.init}, default user ${installed.defaultUser}\n`);
+    const summary = JSON.parse(readFileSync(join(work, SUMMARY_NAME), 'utf8'));
+    const built = join(work, IMAGE_NAME);
+    chownSync(built, process.getuid(), process.getgid());
+    renameSync(built, output);
+    process.stdout.write(`${output}: ${summary.sizeMib} MiB ext4, ${summary.usedMib} MiB of files, started by ${summary.init}, default user ${summary.defaultUser} (${isolation})\n`);
+    return 0;
   } finally {
     cleanUp();
   }
 }
 
 try {
-  main();
+  process.exitCode = await main();
 } catch (error) {
   process.stderr.write(`image-to-template: ${error.message}\n`);
-  process.exit(error instanceof BadInput || error instanceof LayerError || error instanceof InRootError ? 2 : 1);
+  process.exitCode = error.exitStatus ?? (isBadInput(error) ? 2 : 1);
 }

@@ -7,7 +7,7 @@
 // is done here, component by component with lstat. That is sound because the
 // tree is data being converted on the build host: nothing else changes it
 // while we walk (no live user races the walk, unlike envd's own file routes).
-import { chmodSync, copyFileSync, constants, lstatSync, mkdirSync, readFileSync, readlinkSync, renameSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { chmodSync, copyFileSync, constants, lchownSync, lstatSync, mkdirSync, readdirSync, readFileSync, readlinkSync, renameSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { randomBytes } from 'node:crypto';
 import { join } from 'node:path';
 
@@ -143,12 +143,25 @@ export function writeFileInRoot(root, path, data, mode) {
   replaceEntry(dir, parts.at(-1), (temporary) => writeFileSync(temporary, data, { mode, flag: 'wx' }));
 }
 
+/**
+ * Gives the entry at `path` (a directory with all it holds) to whoever installs:
+ * Node's copy keeps the source's owner where it may, and in the converter's user
+ * namespace the build host's root is the unmapped 65534, which mkfs.ext4 -d would
+ * record. Installed files are the installer's, as writeFileInRoot's are. Then
+ * chmod, which the chown may have cleared setuid from.
+ */
+function ownByInstaller(path) {
+  lchownSync(path, process.geteuid(), process.getegid());
+  if (lstatSync(path).isDirectory()) for (const name of readdirSync(path)) ownByInstaller(join(path, name));
+}
+
 /** Copies the build host's file `source` to `path` inside `root` with `mode`. */
 export function copyFileInRoot(root, path, source, mode) {
   const parts = components(path);
   const dir = ensureDirInRoot(root, parts.slice(0, -1).join('/'));
   replaceEntry(dir, parts.at(-1), (temporary) => {
     copyFileSync(source, temporary, constants.COPYFILE_EXCL);
+    ownByInstaller(temporary);
     chmodSync(temporary, mode);
   });
   return join(dir, parts.at(-1));
@@ -165,5 +178,8 @@ export function symlinkInRoot(root, path, target) {
 export function placeTreeInRoot(root, path, make) {
   const parts = components(path);
   const dir = ensureDirInRoot(root, parts.slice(0, -1).join('/'));
-  replaceEntry(dir, parts.at(-1), make);
+  replaceEntry(dir, parts.at(-1), (temporary) => {
+    make(temporary);
+    ownByInstaller(temporary);
+  });
 }

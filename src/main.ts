@@ -48,13 +48,14 @@ async function main(): Promise<void> {
   delete process.env.ENVD_ACCESS_TOKEN;
 
   // Loaded here, not at the top: the client verbs must not pay for fastify and pino.
-  const [{ buildApp }, { prebuiltOpenApi }, { createLogger }, { checkNodeInternals }, { startMemoryReclaim }, { mallocTrimmer }, { paceCollectorForTransfers }, { startEntrypoint }, { warnIfStateDirNotTmpfs }] = await Promise.all([
+  const [{ buildApp }, { prebuiltOpenApi }, { createLogger }, { checkNodeInternals }, { startMemoryReclaim }, { mallocTrimmer, fileBatchCalls }, { useFileBatches }, { paceCollectorForTransfers }, { startEntrypoint }, { warnIfStateDirNotTmpfs }] = await Promise.all([
     import('./app.js'),
     import('./lifecycle/openapi-source.js'),
     import('./logger.js'),
     import('./node-internals.js'),
     import('./memory-reclaim.js'),
     import('./native/malloc-trim.js'),
+    import('./files/tar/file-batch.js'),
     import('./gc-pacing.js'),
     import('./commands/entrypoint.js'),
     import('./lifecycle/state-dir-check.js'),
@@ -95,6 +96,7 @@ async function main(): Promise<void> {
     process.exit(1);
   }
   startMemoryReclaim(mallocTrimmer(config.stateDir, logger));
+  useFileBatches(fileBatchCalls(config.stateDir, logger));
   paceCollectorForTransfers();
   if (process.env.ENVD_LATENCY_PROBE) (await import('./latency-probe.js')).startLatencyProbe();
   warnIfStateDirNotTmpfs(config.stateDir, logger);

@@ -70,6 +70,11 @@ export class UserDir {
     private readonly shared = false,
   ) {}
 
+  /** The descriptor, for native calls that resolve a name relative to it (openat: tar/file-batch.ts). */
+  get descriptor(): number {
+    return this.fd;
+  }
+
   /** Its owner and mode (fstat, once): whether a symlink in it may be followed. */
   stats(): Promise<Stats> {
     this.described ??= fstat(this.fd);

@@ -6,12 +6,14 @@
  * 9-18 MiB of envd's RSS that nothing in Node can return (docs/performance.md).
  * envd calls it after its memory-reducing collections (src/memory-reclaim.ts).
  * Only libc and Node-API, which the Node binary exports. The addon also
- * carries reseed() (random-reseed.c): one shared object for envd's few
- * in-process native calls.
+ * carries reseed() (random-reseed.c) and the tar writer's openEntries() and
+ * readFiles() (file-batch.c): one shared object for envd's few in-process
+ * native calls.
  */
 #include <malloc.h>
 #include <node_api.h>
 
+#include "file-batch.h"
 #include "random-reseed.h"
 
 /** trim(): true when malloc_trim gave memory back. */
@@ -28,5 +30,9 @@ NAPI_MODULE_INIT() {
   if (napi_set_named_property(env, exports, "trim", fn) != napi_ok) return NULL;
   if (napi_create_function(env, "reseed", NAPI_AUTO_LENGTH, random_reseed, NULL, &fn) != napi_ok) return NULL;
   if (napi_set_named_property(env, exports, "reseed", fn) != napi_ok) return NULL;
+  if (napi_create_function(env, "openEntries", NAPI_AUTO_LENGTH, file_batch_open_entries, NULL, &fn) != napi_ok) return NULL;
+  if (napi_set_named_property(env, exports, "openEntries", fn) != napi_ok) return NULL;
+  if (napi_create_function(env, "readFiles", NAPI_AUTO_LENGTH, file_batch_read_files, NULL, &fn) != napi_ok) return NULL;
+  if (napi_set_named_property(env, exports, "readFiles", fn) != napi_ok) return NULL;
   return exports;
 }

@@ -1,6 +1,7 @@
 import { existsSync } from 'node:fs';
 import { getAsset, isSea } from 'node:sea';
 import { besideTheBundle, stateBinaryPath, writeStateBinary } from '../holder/binary.js';
+import type { FileBatchCalls } from '../files/tar/file-batch.js';
 import type { Logger } from '../logger.js';
 
 /** The first 12 hex of the addon's sha256, computed by build.mjs (esbuild `define`). Undefined when running from sources. */
@@ -51,8 +52,26 @@ export function randomReseeder(stateDir: string, log: Logger, addon = (): string
   }
 }
 
-function loadExports(path: string): { trim?: () => boolean; reseed?: (bytes: Uint8Array) => boolean } {
-  const addon = { exports: {} as { trim?: () => boolean; reseed?: (bytes: Uint8Array) => boolean } };
+/**
+ * The tar writer's batched file calls (src/native/file-batch.c, tar/file-batch.ts),
+ * or undefined where the addon cannot be loaded (said once): archives are then
+ * written through node:fs, the same calls in more thread-pool round trips.
+ */
+export function fileBatchCalls(stateDir: string, log: Logger, addon = (): string => addonPath(stateDir)): FileBatchCalls | undefined {
+  try {
+    const { openEntries, readFiles } = loadExports(addon());
+    if (typeof openEntries !== 'function' || typeof readFiles !== 'function') throw new Error(`${ADDON} has no openEntries() and readFiles()`);
+    return { openEntries, readFiles };
+  } catch (error) {
+    log.warn({ err: error }, 'archive downloads read files through node:fs: slower, the same result');
+    return undefined;
+  }
+}
+
+type AddonExports = Partial<FileBatchCalls> & { trim?: () => boolean; reseed?: (bytes: Uint8Array) => boolean };
+
+function loadExports(path: string): AddonExports {
+  const addon = { exports: {} as AddonExports };
   process.dlopen(addon, path);
   return addon.exports;
 }

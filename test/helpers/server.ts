@@ -4,6 +4,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Writable } from 'node:stream';
 import { buildApp, type App, type AppDeps } from '../../src/app.js';
+import { useFileBatches } from '../../src/files/tar/file-batch.js';
+import { fileBatchCalls } from '../../src/native/malloc-trim.js';
 import { DEFAULT_KEEP_FINISHED_SECONDS, DEFAULT_MAX_OUTPUT_BYTES, DEFAULT_MAX_SPOOL_BYTES, DEFAULT_OUTPUT_MEMORY_BYTES, type Config } from '../../src/config.js';
 import { MEMORY_BUDGET_BYTES } from '../../src/memory-budget.js';
 import { generatedOpenApi } from '../../src/lifecycle/openapi.js';
@@ -97,6 +99,8 @@ export async function startServer(overrides: Partial<Config> = {}, deps: Pick<Ap
   });
   const dirs = overrides.stateDir === undefined ? makeEnvdDirs() : undefined;
   const config = testConfig({ ...(dirs ? { stateDir: dirs.stateDir, spoolDir: dirs.spoolDir } : {}), ...overrides, accessToken: token });
+  // As main.ts does: the archive download's batched file calls from the addon (dist/, built by npm test first).
+  useFileBatches(fileBatchCalls(config.stateDir, createLogger('silent', sink)));
   let app: App;
   try {
     app = await buildApp({

@@ -5,6 +5,7 @@ import { DOWNLOAD_CHUNK_BYTES } from '../chunk-size.js';
 import type { Owner } from '../paths.js';
 import { openDirectory, openSubdirectory, UserDir } from '../user-path.js';
 import type { FileChecksums } from './checksums.js';
+import { entryAt, errnoError, fileBatches, type FileStats } from './file-batch.js';
 import { BLOCK, encodeHeader, padding } from './format.js';
 
 /**
@@ -45,6 +46,8 @@ const fstat = promisify(fstatCallback);
 const readFd = (fd: number, buffer: Buffer, offset: number, length: number, position: number) =>
   new Promise<number>((resolve, reject) => readCallback(fd, buffer, offset, length, position, (error, bytesRead) => (error ? reject(error) : resolve(bytesRead))));
 const closeFd = promisify(closeCallback);
+/** Small files whose reads are handed to the pool together (file-batch.ts), once this many wait in a piece. */
+const READS_AT_ONCE = 16;
 
 /**
  * A directory tree as tar pieces: directories, regular files and symlinks
@@ -97,14 +100,14 @@ export async function* tarPieces(root: string, allocate: Allocate = allocateFres
 type Looked =
   | { kind: 'directory'; name: string }
   | { kind: 'symlink'; name: string; stats: Stats; target: string }
-  | { kind: 'file'; name: string; stats: Stats; fd: number };
+  | { kind: 'file'; name: string; stats: FileStats; fd: number };
 
 /** The entries of the directory `dir`, in name order, each directory's entries after its own header. */
 async function* addDirectory(piece: PieceBuilder, dir: UserDir, relative: string, allocate: Allocate, checksums: FileChecksums | undefined): AsyncGenerator<Buffer> {
   const entries = (await readdir(dir.self, { withFileTypes: true })).filter((e) => e.isDirectory() || e.isFile() || e.isSymbolicLink());
   entries.sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
   for (let at = 0; at < entries.length; at += ENTRIES_AT_ONCE) {
-    const looked = await Promise.all(entries.slice(at, at + ENTRIES_AT_ONCE).map((entry) => lookAt(dir, entry)));
+    const looked = await lookAtAll(dir, entries.slice(at, at + ENTRIES_AT_ONCE));
     let next = 0;
     try {
       for (; next < looked.length; next++) {
@@ -139,6 +142,33 @@ async function* addDirectory(piece: PieceBuilder, dir: UserDir, relative: string
   }
 }
 
+/** lookAt for each entry; the files among them opened and fstat-ed in one pool job where the addon is loaded. */
+async function lookAtAll(dir: UserDir, entries: Dirent[]): Promise<(Looked | undefined)[]> {
+  const batches = fileBatches();
+  if (!batches) return Promise.all(entries.map((entry) => lookAt(dir, entry)));
+  const files = entries.filter((entry) => entry.isFile());
+  const [opened, others] = await Promise.all([batches.openEntries(dir.descriptor, files.map((entry) => entry.name)), Promise.all(entries.map((entry) => (entry.isFile() ? undefined : lookAt(dir, entry))))]);
+  let failure: unknown;
+  const looked = entries.map((entry, i): Looked | undefined => {
+    if (!entry.isFile()) return others[i];
+    const found = entryAt(opened, files.indexOf(entry), entry.name);
+    if (found === 'other') return undefined;
+    if (found instanceof Error) {
+      if (!IGNORED_CODES.has(found.code ?? '')) failure ??= found;
+      return undefined;
+    }
+    return { kind: 'file', name: entry.name, ...found };
+  });
+  if (failure) {
+    for (const entry of looked) if (entry?.kind === 'file') await closeFd(entry.fd).catch(() => {});
+    throw failure;
+  }
+  return looked;
+}
+
+/** ELOOP/ENOTDIR: an O_NOFOLLOW open met a symlink swapped in for what was listed; ENXIO: a socket; EINVAL: not a link any more. */
+const IGNORED_CODES = new Set(['ENOENT', 'ELOOP', 'ENOTDIR', 'ENXIO', 'EINVAL']);
+
 /** What an entry is now: a file opened and fstat-checked, a symlink's text, a directory; undefined when it is gone or is something else now. */
 async function lookAt(dir: UserDir, entry: Dirent): Promise<Looked | undefined> {
   const { name } = entry;
@@ -158,19 +188,17 @@ async function lookAt(dir: UserDir, entry: Dirent): Promise<Looked | undefined> 
     await closeFd(fd);
     return undefined;
   } catch (error) {
-    // ELOOP/ENOTDIR: an O_NOFOLLOW open met a symlink swapped in for what was listed; ENXIO: a socket; EINVAL: not a link any more.
-    const code = (error as NodeJS.ErrnoException).code;
-    if (code === 'ENOENT' || code === 'ELOOP' || code === 'ENOTDIR' || code === 'ENXIO' || code === 'EINVAL') return undefined;
+    if (IGNORED_CODES.has((error as NodeJS.ErrnoException).code ?? '')) return undefined;
     throw error;
   }
 }
 
-function header(name: string, info: Stats, type: 'file' | 'directory' | 'symlink', size: number, linkname = ''): Buffer {
+function header(name: string, info: FileStats | Stats, type: 'file' | 'directory' | 'symlink', size: number, linkname = ''): Buffer {
   return encodeHeader({ name, type, mode: info.mode, uid: info.uid, gid: info.gid, size, mtime: info.mtimeMs / 1000, linkname });
 }
 
 /** A regular file (open as `fd`, owned: closed here) as its header and data; its data's sha256 goes to `checksums`. */
-async function* addFile(piece: PieceBuilder, relative: string, info: Stats, fd: number, allocate: Allocate, checksums: FileChecksums | undefined): AsyncGenerator<Buffer> {
+async function* addFile(piece: PieceBuilder, relative: string, info: FileStats, fd: number, allocate: Allocate, checksums: FileChecksums | undefined): AsyncGenerator<Buffer> {
   const size = info.size;
   if (size <= Math.min(SMALL_FILE_BYTES, piece.chunkBytes - HEADER_ROOM_BYTES)) {
     try {
@@ -216,6 +244,8 @@ class PieceBuilder {
   private used = 0;
   /** Small files' reads into the current piece, each closing its file when done. */
   private reads: Promise<void>[] = [];
+  /** Small files whose reads wait to go to the pool together (file-batch.ts). */
+  private waiting: { fd: number; start: number; size: number; end: number; hashed?: (data: Buffer) => void }[] = [];
 
   constructor(
     private readonly allocate: Allocate,
@@ -243,6 +273,11 @@ class PieceBuilder {
     const start = this.used;
     const end = start + size + padding(size);
     this.used = end;
+    if (fileBatches()) {
+      this.waiting.push({ fd, start, size, end, hashed });
+      if (this.waiting.length >= READS_AT_ONCE) this.startWaiting();
+      return;
+    }
     this.reads.push(
       (async () => {
         let got = 0;
@@ -261,12 +296,34 @@ class PieceBuilder {
     );
   }
 
+  /** The waiting reads, as one pool job: each file read into its place, zeros for what is missing, closed. */
+  private startWaiting(): void {
+    const waiting = this.waiting;
+    if (waiting.length === 0) return;
+    this.waiting = [];
+    const buffer = this.buffer!;
+    const plan = new Float64Array(waiting.flatMap(({ fd, start, size, end }) => [fd, start, size, end]));
+    this.reads.push(
+      fileBatches()!
+        .readFiles(buffer, plan)
+        .then((got) => {
+          waiting.forEach(({ start, size, hashed }, i) => {
+            const bytesRead = got[i] ?? 0;
+            if (bytesRead < 0) throw errnoError(-bytesRead, 'read', 'a file of the tree');
+            hashed?.(buffer.subarray(start, start + size));
+          });
+        }),
+    );
+  }
+
   /** Waits for every read into the piece (their failures included, which the next flush rethrows). */
   async settle(): Promise<void> {
+    this.startWaiting();
     await Promise.allSettled(this.reads);
   }
 
   async *flush(): AsyncGenerator<Buffer> {
+    this.startWaiting();
     const reads = this.reads;
     this.reads = [];
     await Promise.all(reads);
