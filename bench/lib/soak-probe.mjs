@@ -101,3 +101,44 @@ export function kept(stateDir, spoolDir) {
     cgroups: existsSync(COMMAND_CGROUPS) ? readdirSync(COMMAND_CGROUPS, { withFileTypes: true }).filter((e) => e.isDirectory()).length : 0,
   };
 }
+
+/**
+ * The probe of a local envd behind the interface the soak reads any envd
+ * through (soak-remote-probe.mjs has the other): memory every 100 ms for its
+ * peak and low, and `sample()` returning them since the last sample with the
+ * memory, descriptors, processes and kept files of now.
+ */
+export function startLocalProbe(envd) {
+  const fresh = () => {
+    const m = memory(envd.pid);
+    return { peakRss: m.rss, peakAnon: m.anon, lowRss: m.rss, lowAnon: m.anon };
+  };
+  let window = fresh();
+  const timer = setInterval(() => {
+    const m = memory(envd.pid);
+    window.peakRss = Math.max(window.peakRss, m.rss);
+    window.peakAnon = Math.max(window.peakAnon, m.anon);
+    window.lowRss = Math.min(window.lowRss, m.rss);
+    window.lowAnon = Math.min(window.lowAnon, m.anon);
+  }, 100);
+  return {
+    async sample() {
+      const now = memory(envd.pid);
+      const seen = window;
+      window = fresh();
+      return {
+        ...now,
+        peakRss: Math.max(seen.peakRss, now.rss),
+        peakAnon: Math.max(seen.peakAnon, now.anon),
+        lowRss: Math.min(seen.lowRss, now.rss),
+        lowAnon: Math.min(seen.lowAnon, now.anon),
+        fds: descriptors(envd.pid),
+        procs: processes(envd.pid, envd.stateDir),
+        kept: kept(envd.stateDir, envd.spoolDir),
+      };
+    },
+    async stop() {
+      clearInterval(timer);
+    },
+  };
+}
