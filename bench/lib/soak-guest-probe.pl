@@ -39,6 +39,13 @@ if (open(my $f, '<', $log)) {
   close $f;
 }
 
+# The machine's CPU time so far (ticks): busy is all but idle and iowait.
+my ($cpu_line) = (slurp('/proc/stat') // '') =~ /^cpu (.*)$/m;
+my @cpu = (split ' ', $cpu_line // '')[0 .. 7];
+my $cpu_total = 0;
+$cpu_total += $_ // 0 for @cpu;
+my $cpu_busy = $cpu_total - ($cpu[3] // 0) - ($cpu[4] // 0);
+
 # Descriptors by kind: socket, pipe, anon_inode:<what>, or file.
 my %fds;
 opendir(my $fd_dir, "/proc/$pid/fd") or die "/proc/$pid/fd: $!\n";
@@ -128,7 +135,7 @@ my $state_dirs = count_entries("$state/cmds") - 1;
 $state_dirs = 0 if $state_dirs < 0;
 
 my $kinds = join(',', map { my $k = $_; $k =~ s/(["\\])/\\$1/g; "\"$k\":$fds{$_}" } sort keys %fds);
-printf('{"rss":%d,"anon":%d,"peakRss":%d,"peakAnon":%d,"lowRss":%d,"lowAnon":%d,"samples":%d,"offset":%d,'
+printf('{"rss":%d,"anon":%d,"peakRss":%d,"peakAnon":%d,"lowRss":%d,"lowAnon":%d,"samples":%d,"offset":%d,"cpuBusy":%d,"cpuTotal":%d,'
     . '"fds":{%s},"procs":{"count":%d,"holders":%d,"zombies":%d},"kept":{"stateDirs":%d,"spoolFiles":%d,"cgroups":%d}}' . "\n",
-  (map { $_ * 1024 } $rss, $anon, $peak_rss, $peak_anon, $low_rss, $low_anon), $samples, $offset,
+  (map { $_ * 1024 } $rss, $anon, $peak_rss, $peak_anon, $low_rss, $low_anon), $samples, $offset, $cpu_busy, $cpu_total,
   $kinds, $count, $holders, $zombies, $state_dirs, count_files($spool), count_dirs('/sys/fs/cgroup/envd-commands'));

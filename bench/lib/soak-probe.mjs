@@ -7,6 +7,13 @@ import { join } from 'node:path';
 /** Where envd puts one cgroup per command in cgroup mode (absent in proc mode). */
 const COMMAND_CGROUPS = '/sys/fs/cgroup/envd-commands';
 
+/** The machine's CPU time so far in ticks: all of it, and all but idle and iowait. */
+export function cpuTimes() {
+  const fields = readFileSync('/proc/stat', 'utf8').split('\n')[0].trim().split(/\s+/).slice(1, 9).map(Number);
+  const cpuTotal = fields.reduce((a, b) => a + b, 0);
+  return { cpuTotal, cpuBusy: cpuTotal - fields[3] - fields[4] };
+}
+
 /** VmRSS and RssAnon of a process, in bytes. */
 export function memory(pid) {
   const status = readFileSync(`/proc/${pid}/status`, 'utf8');
@@ -135,6 +142,7 @@ export function startLocalProbe(envd) {
         fds: descriptors(envd.pid),
         procs: processes(envd.pid, envd.stateDir),
         kept: kept(envd.stateDir, envd.spoolDir),
+        ...cpuTimes(),
       };
     },
     async stop() {
