@@ -18,7 +18,7 @@ export function send(envd, method, path, { body, headers = {}, read = true, sign
     const json = body !== undefined && typeof body.pipe !== 'function' ? Buffer.from(JSON.stringify(body)) : undefined;
     const req = httpRequest(
       {
-        host: '127.0.0.1',
+        host: envd.host ?? '127.0.0.1',
         port: envd.port,
         method,
         path,

@@ -7,6 +7,13 @@ import { join } from 'node:path';
 /** Where envd puts one cgroup per command in cgroup mode (absent in proc mode). */
 const COMMAND_CGROUPS = '/sys/fs/cgroup/envd-commands';
 
+/** The machine's CPU time so far in ticks: all of it, and all but idle and iowait. */
+export function cpuTimes() {
+  const fields = readFileSync('/proc/stat', 'utf8').split('\n')[0].trim().split(/\s+/).slice(1, 9).map(Number);
+  const cpuTotal = fields.reduce((a, b) => a + b, 0);
+  return { cpuTotal, cpuBusy: cpuTotal - fields[3] - fields[4] };
+}
+
 /** VmRSS and RssAnon of a process, in bytes. */
 export function memory(pid) {
   const status = readFileSync(`/proc/${pid}/status`, 'utf8');
@@ -148,4 +155,46 @@ export function socketDetails(pid) {
   }
   for (const inode of inodes) found.push(`other socket ${inode}`);
   return found.sort();
+}
+
+/**
+ * The probe of a local envd behind the interface the soak reads any envd
+ * through (soak-remote-probe.mjs has the other): memory every 100 ms for its
+ * peak and low, and `sample()` returning them since the last sample with the
+ * memory, descriptors, processes and kept files of now.
+ */
+export function startLocalProbe(envd) {
+  const fresh = () => {
+    const m = memory(envd.pid);
+    return { peakRss: m.rss, peakAnon: m.anon, lowRss: m.rss, lowAnon: m.anon };
+  };
+  let window = fresh();
+  const timer = setInterval(() => {
+    const m = memory(envd.pid);
+    window.peakRss = Math.max(window.peakRss, m.rss);
+    window.peakAnon = Math.max(window.peakAnon, m.anon);
+    window.lowRss = Math.min(window.lowRss, m.rss);
+    window.lowAnon = Math.min(window.lowAnon, m.anon);
+  }, 100);
+  return {
+    async sample() {
+      const now = memory(envd.pid);
+      const seen = window;
+      window = fresh();
+      return {
+        ...now,
+        peakRss: Math.max(seen.peakRss, now.rss),
+        peakAnon: Math.max(seen.peakAnon, now.anon),
+        lowRss: Math.min(seen.lowRss, now.rss),
+        lowAnon: Math.min(seen.lowAnon, now.anon),
+        fds: descriptors(envd.pid),
+        procs: processes(envd.pid, envd.stateDir),
+        kept: kept(envd.stateDir, envd.spoolDir),
+        ...cpuTimes(),
+      };
+    },
+    async stop() {
+      clearInterval(timer);
+    },
+  };
 }

@@ -192,12 +192,21 @@ export function prepareWorkDir(dir) {
   for (let i = 0; i < 3; i++) writeFileSync(join(dir, 'transfers', `file-${i}.bin`), randomBytes(MIB));
 }
 
+/** The same directories on envd's own machine (a guest's), made through envd as the workers' files are. */
+export async function prepareRemoteWorkDir(envd, dir) {
+  await expectJson(envd, 'POST', '/files/mkdir', { path: join(dir, 'watched') });
+  for (let i = 0; i < 3; i++) {
+    const put = await upload(envd, join(dir, 'transfers', `file-${i}.bin`), randomBytes(MIB));
+    if (put.status !== 200) throw new Error(`preparing ${dir}: upload answered ${put.status}: ${put.body.slice(0, 200)}`);
+  }
+}
+
 /**
  * Runs every worker in a loop until `stopAt` (performance.now()); calls
  * `record(null)` after each operation that succeeded and `record(message)`
- * after each that failed.
+ * after each that failed. `paceMs` pauses each worker between its operations.
  */
-export function runWorkers(context, stopAt, record, { streams = 1 } = {}) {
+export function runWorkers(context, stopAt, record, { streams = 1, paceMs = 0 } = {}) {
   // More stream workers than one (soak --streams N) to hunt a rare end of a stream in the mix.
   const workers = [...Object.entries(WORKERS), ...Array.from({ length: streams - 1 }, () => ['stream', stream])];
   return Promise.all(
@@ -206,6 +215,8 @@ export function runWorkers(context, stopAt, record, { streams = 1 } = {}) {
         try {
           await withDeadline(name, work(context, round));
           record(null);
+          // A guest under TCG has a fraction of this machine's CPU: a pause keeps the workers from saturating it (soak --pace-ms).
+          if (paceMs > 0) await sleep(paceMs);
         } catch (error) {
           record(`${name}: ${error.message}`);
           await sleep(100);
