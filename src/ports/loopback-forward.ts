@@ -1,6 +1,7 @@
 import { connect, createServer, isIPv4, type Server, type Socket } from 'node:net';
 import type { Logger } from '../logger.js';
 import { ForwardBuffers, pump } from './byte-pump.js';
+import type { ForwardRelay } from './forward-relay.js';
 import type { PortEntry, PortListener, PortTable } from './port-table.js';
 import { isLoopback } from './proc-net.js';
 
@@ -43,6 +44,8 @@ export class LoopbackForwarder implements PortListener {
     private readonly addresses: () => string[],
     private readonly log: Logger,
     private readonly maxConnections = MAX_FORWARDED_CONNECTIONS,
+    /** Copies connections outside envd's event loop; without it envd copies them. */
+    private readonly relay?: ForwardRelay,
   ) {
     table.isHidden = (entry) => this.isOwn(entry);
   }
@@ -70,6 +73,12 @@ export class LoopbackForwarder implements PortListener {
       this.forwards.clear();
       this.log.info('loopback forwarding is off');
     }
+  }
+
+  /** envd is closing: forwarding stops, and the relay's connections end with it. */
+  close(): void {
+    this.enable(false);
+    this.relay?.stop();
   }
 
   onOpen(entry: PortEntry): void {
@@ -126,22 +135,35 @@ export class LoopbackForwarder implements PortListener {
     const target = pickTarget(forward.targets, address);
     if (!target) return void client.resetAndDestroy();
     this.connections++;
-    let closed = 0;
-    const onClose = () => {
-      if (++closed === 2) this.connections--;
+    let open = true;
+    const ended = () => {
+      if (open) this.connections--;
+      open = false;
     };
-    const upstream = connect({ host: target.address, port: forward.port, allowHalfOpen: true, noDelay: true });
-    client.once('close', onClose);
-    upstream.once('close', onClose);
-    // An abort on one side is an abort on the other (a reset, not a polite end the peer would take for a complete answer).
-    client.on('error', () => upstream.resetAndDestroy());
-    upstream.on('error', () => client.resetAndDestroy());
-    upstream.once('connect', () => {
-      pump(client, upstream, this.buffers);
-      pump(upstream, client, this.buffers);
-      client.resume();
-    });
+    client.on('error', () => {}); // reset before it was handed over: the relay (or the copy) finds it closed
+    const copyHere = () => (client.destroyed ? ended() : copy(client, target.address, forward.port, this.buffers, ended));
+    if (this.relay) this.relay.hand(client, target.address, forward.port, copyHere, ended);
+    else copyHere();
   }
+}
+
+/** envd's own copy of a connection (paused since its accept) both ways; `ended` once both sockets closed. */
+function copy(client: Socket, host: string, port: number, buffers: ForwardBuffers, ended: () => void): void {
+  let closed = 0;
+  const onClose = () => {
+    if (++closed === 2) ended();
+  };
+  const upstream = connect({ host, port, allowHalfOpen: true, noDelay: true });
+  client.once('close', onClose);
+  upstream.once('close', onClose);
+  // An abort on one side is an abort on the other (a reset, not a polite end the peer would take for a complete answer).
+  client.on('error', () => upstream.resetAndDestroy());
+  upstream.on('error', () => client.resetAndDestroy());
+  upstream.once('connect', () => {
+    pump(client, upstream, buffers);
+    pump(upstream, client, buffers);
+    client.resume();
+  });
 }
 
 /** The loopback listener of the same family as the address connected to, or else the other one. */
