@@ -8,10 +8,10 @@ import { FORWARD_BUFFER_BYTES } from './byte-pump.js';
 
 /** A connection handed to the relay: what to do if it refuses, and when it ended. */
 interface Handed {
-  client: Socket;
+  /** Until the relay took it (then envd's socket is closed and let go: a thousand idle connections keep no Socket here). */
+  client: Socket | undefined;
   refused: () => void;
   ended: () => void;
-  taken: boolean;
 }
 
 /**
@@ -47,7 +47,7 @@ export class ForwardRelay {
       return refused();
     }
     const id = this.nextId++;
-    this.handed.set(id, { client, refused, ended, taken: false });
+    this.handed.set(id, { client, refused, ended });
     relay.stdin.write(`take ${id} ${fd} ${inode} ${address} ${port}\n`);
   }
 
@@ -72,7 +72,7 @@ export class ForwardRelay {
       this.failed = true;
       this.child = undefined;
       if (signal !== 'SIGKILL') this.log.warn({ reason: reason.trim() || `exited (${signal ?? code})` }, 'the forward relay ended: envd copies forwarded connections itself');
-      for (const connection of this.handed.values()) (connection.taken ? connection.ended : connection.refused)();
+      for (const connection of this.handed.values()) (connection.client ? connection.refused : connection.ended)();
       this.handed.clear();
     });
     return child;
@@ -84,9 +84,10 @@ export class ForwardRelay {
     const connection = this.handed.get(id);
     if (!connection) return;
     if (what === 'taken') {
-      connection.taken = true;
       // The relay holds its own descriptor of the socket: envd's is closed, not shut down, so the connection goes on there.
-      connection.client.destroy();
+      connection.client?.destroy();
+      connection.client = undefined;
+      connection.refused = () => {};
     } else if (what === 'refused') {
       this.handed.delete(id);
       this.refusedOnce(line);
