@@ -104,9 +104,9 @@ export class ReadyLogSubscriber implements OutputSubscriber {
       // The chunk alone fills the window: what was kept is dropped, nothing is joined or copied.
       rest = piece.slice(-MAX_READY_LINE_CHARS);
     } else {
-      // Appending makes a rope (no copy); trimmed past 1.5x the limit, so each character is copied O(1) times and
-      // the flat copy a trim makes stays near V8's large-object size: trimming at 2x made a 128-192 Ki copy each
-      // time, kept across chunks, and those piled up in old space (+28-34 MiB RSS on one endless 200 MB line).
+      // Appending makes a rope (no copy); trimmed past 1.5x the limit, so each character is copied O(1) times.
+      // Smaller flat copies than trimming at 2x (up to 192 Ki characters, kept across chunks until the next
+      // trim): envd's peak on one endless 200 MB line fell from +40-46 MiB to +10-32 MiB (docs/api.md).
       rest = this.lines[stream] + piece;
       if (rest.length > MAX_READY_LINE_CHARS + MAX_READY_LINE_CHARS / 2) rest = rest.slice(-MAX_READY_LINE_CHARS);
     }
