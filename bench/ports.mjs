@@ -23,6 +23,20 @@ function cpuMs(pid) {
   return ((Number(fields[11]) + Number(fields[12])) * 1000) / 100; // clock ticks at USER_HZ 100
 }
 
+/** Live children of a process. */
+function childPids(parent) {
+  const pids = [];
+  for (const name of readdirSync('/proc')) {
+    if (!/^\d+$/.test(name)) continue;
+    try {
+      if (Number(readFileSync(`/proc/${name}/stat`, 'utf8').split(') ')[1].split(' ')[1]) === parent) pids.push(Number(name));
+    } catch {
+      // gone meanwhile
+    }
+  }
+  return pids;
+}
+
 /** The `envd-holder --watch-sockets` child of envd (the netlink watch), or undefined when envd polls /proc/net itself. */
 function socketWatcherPid(envdPid) {
   for (const name of readdirSync('/proc')) {
@@ -244,19 +258,35 @@ async function forwardFigures(quick) {
     // Memory: 1,000 idle connections through the forward.
     const holder = await startPeer('hold');
     const sockets = [];
-    try {
-      await waitForForward(holder.port);
-      await sleep(500);
-      const before = rssBytes(envd.pid);
+    const openIdle = async () => {
       for (let i = 0; i < 1_000; i++) {
         const socket = connect({ host: FORWARD, port: holder.port });
         socket.on('error', () => {});
         sockets.push(socket);
         await new Promise((resolve) => socket.once('connect', resolve));
       }
+    };
+    try {
+      await waitForForward(holder.port);
+      // Once first, opened and closed: the heap's growth to take a thousand accepts at all is paid once in envd's
+      // life, not per idle connection (before the relay, the 1 GiB download above had already grown it).
+      const cold = rssBytes(envd.pid);
+      await openIdle();
+      for (const socket of sockets.splice(0)) socket.destroy();
+      await sleep(1_000);
+      const warm = rssBytes(envd.pid);
+      // The connections live in envd's splice relay (envd-holder --forward) when it takes them: its memory counts too.
+      const relayPid = () => childPids(envd.pid).find((pid) => readFileSync(`/proc/${pid}/cmdline`, 'utf8').includes('--forward'));
+      const relayRss = () => (relayPid() ? rssBytes(relayPid()) : 0);
+      const before = rssBytes(envd.pid);
+      const relayBefore = relayRss();
+      await openIdle();
       await sleep(2_000);
       const after = rssBytes(envd.pid);
-      rows.push(makeRow({ name: 'memory of 1,000 idle forwarded connections', unit: 'MiB', envd: (after - before) / MIB, goal: atMost(8, 'MiB'), note: `envd's RSS ${(before / MIB).toFixed(1)} → ${(after / MIB).toFixed(1)} MiB` }));
+      const relayAfter = relayRss();
+      const grown = after - before + (relayAfter - relayBefore);
+      const note = `envd's RSS ${(before / MIB).toFixed(1)} → ${(after / MIB).toFixed(1)} MiB (${(cold / MIB).toFixed(1)} → ${(warm / MIB).toFixed(1)} MiB over a first thousand opened and closed), its relay's ${(relayBefore / MIB).toFixed(2)} → ${(relayAfter / MIB).toFixed(2)} MiB (counted together)`;
+      rows.push(makeRow({ name: 'memory of 1,000 idle forwarded connections', unit: 'MiB', envd: grown / MIB, goal: atMost(8, 'MiB'), note }));
     } finally {
       for (const socket of sockets) socket.destroy();
       holder.stop();

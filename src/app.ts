@@ -111,7 +111,7 @@ export async function buildApp({ config, logger, state = new SandboxState(config
   app.addHook('preClose', async () => services.close());
   // A port's service: the service whose current run is the command that holds it.
   const ports = openPorts(config, processes, logger.child({ feature: 'ports' }), (_pid, commandPid) => (commandPid === null ? null : services.serviceOfCommand(commandPid)));
-  app.addHook('onClose', async () => ports.forwarder.enable(false));
+  app.addHook('onClose', async () => ports.forwarder.close());
 
   app.addHook('onRequest', async (request, reply) => {
     reply.header('x-request-id', request.id);

@@ -4,12 +4,14 @@
  * large upload's body (receive.h), the relay that hashes a large archive
  * upload on its way to envd (relay.h), the probe of a mount that may hang
  * (probe.h), setting the clock (system.h), the snapshot and fork jobs
- * (machine.h), and the port watch's socket dumps (sockets.h). One
+ * (machine.h), the port watch's socket dumps (sockets.h), and the loopback
+ * forward's splice relay (forward.h). One
  * static binary, so a guest carries one file and every job starts without a
  * dynamic loader.
  */
 #include <string.h>
 
+#include "forward.h"
 #include "holder.h"
 #include "machine.h"
 #include "probe.h"
@@ -30,6 +32,7 @@ int main(int argc, char **argv) {
   if (argc > 1 && strcmp(argv[1], "--fsthaw") == 0) return fsthaw_main(argc, argv);
   if (argc > 1 && strcmp(argv[1], "--add-entropy") == 0) return add_entropy_main(argc, argv);
   if (argc > 1 && strcmp(argv[1], "--set-hostname") == 0) return set_hostname_main(argc, argv);
+  if (argc > 1 && strcmp(argv[1], "--forward") == 0) return forward_main(argc, argv);
   if (argc > 1 && strcmp(argv[1], "--watch-sockets") == 0) return watch_sockets_main(argc, argv);
   return holder_main(argc, argv);
 }

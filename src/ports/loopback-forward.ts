@@ -1,8 +1,10 @@
 import { connect, createServer, isIPv4, type Server, type Socket } from 'node:net';
 import type { Logger } from '../logger.js';
 import { ForwardBuffers, pump } from './byte-pump.js';
+import type { ForwardRelay } from './forward-relay.js';
 import type { PortEntry, PortListener, PortTable } from './port-table.js';
 import { isLoopback } from './proc-net.js';
+import { UdpFlowBudget, UdpPortForward } from './udp-forward.js';
 
 /**
  * Forwarded connections open at once, over every port. Each costs two sockets
@@ -21,7 +23,7 @@ interface PortForward {
 }
 
 /**
- * Makes every TCP listener bound only to loopback (127.0.0.0/8, ::1) reachable
+ * Makes every TCP listener (and bound UDP socket, udp-forward.ts) bound only to loopback (127.0.0.0/8, ::1) reachable
  * on the guest's other addresses, on the same port: a dev server that binds
  * 127.0.0.1 (most do by default) is reached by the traffic proxy at the
  * guest's address. envd listens there while the loopback listener is there
@@ -32,6 +34,7 @@ interface PortForward {
  */
 export class LoopbackForwarder implements PortListener {
   private readonly forwards = new Map<number, PortForward>();
+  private readonly udpForwards = new Map<number, UdpPortForward>();
   private unsubscribe: (() => void) | undefined;
   private connections = 0;
   private saidFull = false;
@@ -43,6 +46,9 @@ export class LoopbackForwarder implements PortListener {
     private readonly addresses: () => string[],
     private readonly log: Logger,
     private readonly maxConnections = MAX_FORWARDED_CONNECTIONS,
+    /** Copies connections outside envd's event loop; without it envd copies them. */
+    private readonly relay?: ForwardRelay,
+    readonly udpFlows = new UdpFlowBudget(),
   ) {
     table.isHidden = (entry) => this.isOwn(entry);
   }
@@ -68,12 +74,21 @@ export class LoopbackForwarder implements PortListener {
       this.unsubscribe = undefined;
       for (const forward of this.forwards.values()) this.stop(forward);
       this.forwards.clear();
+      for (const forward of this.udpForwards.values()) forward.close();
+      this.udpForwards.clear();
       this.log.info('loopback forwarding is off');
     }
   }
 
+  /** envd is closing: forwarding stops, and the relay's connections end with it. */
+  close(): void {
+    this.enable(false);
+    this.relay?.stop();
+  }
+
   onOpen(entry: PortEntry): void {
     if (!this.isTarget(entry)) return;
+    if (entry.protocol === 'udp') return this.openUdp(entry);
     let forward = this.forwards.get(entry.port);
     if (forward) return void forward.targets.push(entry);
     forward = { port: entry.port, targets: [entry], servers: new Map() };
@@ -82,6 +97,7 @@ export class LoopbackForwarder implements PortListener {
   }
 
   onClose(entry: PortEntry): void {
+    if (entry.protocol === 'udp') return this.closeUdp(entry);
     const forward = this.forwards.get(entry.port);
     if (!forward) return;
     forward.targets = forward.targets.filter((target) => target !== entry);
@@ -90,13 +106,34 @@ export class LoopbackForwarder implements PortListener {
     this.forwards.delete(entry.port);
   }
 
-  /** A loopback TCP listener that is not envd's own (a forward address may itself be loopback, 127.0.0.2 in tests). */
+  private openUdp(entry: PortEntry): void {
+    let forward = this.udpForwards.get(entry.port);
+    if (forward) return void forward.targets.push(entry.address);
+    forward = new UdpPortForward(entry.port, this.udpFlows, this.log);
+    forward.targets.push(entry.address);
+    this.udpForwards.set(entry.port, forward);
+    for (const address of this.addresses()) forward.listen(address);
+  }
+
+  private closeUdp(entry: PortEntry): void {
+    const forward = this.udpForwards.get(entry.port);
+    if (!forward) return;
+    const at = forward.targets.indexOf(entry.address);
+    if (at >= 0) forward.targets.splice(at, 1);
+    if (forward.targets.length > 0) return;
+    forward.close();
+    this.udpForwards.delete(entry.port);
+  }
+
+  /** A loopback TCP listener or bound UDP socket that is not envd's own (a forward address may itself be loopback, 127.0.0.2 in tests). */
   private isTarget(entry: PortEntry): boolean {
-    return entry.protocol === 'tcp' && isLoopback(entry.address) && !this.isOwn(entry) && !this.addresses().includes(entry.address);
+    return isLoopback(entry.address) && !this.isOwn(entry) && !this.addresses().includes(entry.address);
   }
 
   private isOwn(entry: PortEntry): boolean {
-    return entry.pid === process.pid && entry.protocol === 'tcp' && this.forwards.get(entry.port)?.servers.has(entry.address) === true;
+    if (entry.pid !== process.pid) return false;
+    if (entry.protocol === 'udp') return this.udpForwards.get(entry.port)?.has(entry.address) === true;
+    return this.forwards.get(entry.port)?.servers.has(entry.address) === true;
   }
 
   private listen(forward: PortForward, address: string): void {
@@ -126,22 +163,35 @@ export class LoopbackForwarder implements PortListener {
     const target = pickTarget(forward.targets, address);
     if (!target) return void client.resetAndDestroy();
     this.connections++;
-    let closed = 0;
-    const onClose = () => {
-      if (++closed === 2) this.connections--;
+    let open = true;
+    const ended = () => {
+      if (open) this.connections--;
+      open = false;
     };
-    const upstream = connect({ host: target.address, port: forward.port, allowHalfOpen: true, noDelay: true });
-    client.once('close', onClose);
-    upstream.once('close', onClose);
-    // An abort on one side is an abort on the other (a reset, not a polite end the peer would take for a complete answer).
-    client.on('error', () => upstream.resetAndDestroy());
-    upstream.on('error', () => client.resetAndDestroy());
-    upstream.once('connect', () => {
-      pump(client, upstream, this.buffers);
-      pump(upstream, client, this.buffers);
-      client.resume();
-    });
+    client.on('error', () => {}); // reset before it was handed over: the relay (or the copy) finds it closed
+    const copyHere = () => (client.destroyed ? ended() : copy(client, target.address, forward.port, this.buffers, ended));
+    if (this.relay) this.relay.hand(client, target.address, forward.port, copyHere, ended);
+    else copyHere();
   }
+}
+
+/** envd's own copy of a connection (paused since its accept) both ways; `ended` once both sockets closed. */
+function copy(client: Socket, host: string, port: number, buffers: ForwardBuffers, ended: () => void): void {
+  let closed = 0;
+  const onClose = () => {
+    if (++closed === 2) ended();
+  };
+  const upstream = connect({ host, port, allowHalfOpen: true, noDelay: true });
+  client.once('close', onClose);
+  upstream.once('close', onClose);
+  // An abort on one side is an abort on the other (a reset, not a polite end the peer would take for a complete answer).
+  client.on('error', () => upstream.resetAndDestroy());
+  upstream.on('error', () => client.resetAndDestroy());
+  upstream.once('connect', () => {
+    pump(client, upstream, buffers);
+    pump(upstream, client, buffers);
+    client.resume();
+  });
 }
 
 /** The loopback listener of the same family as the address connected to, or else the other one. */

@@ -3,7 +3,8 @@ import type { Config } from '../config.js';
 import type { Logger } from '../logger.js';
 import { commandOwnerOf } from './command-owner.js';
 import { guestAddresses } from './forward-addresses.js';
-import { LoopbackForwarder } from './loopback-forward.js';
+import { ForwardRelay } from './forward-relay.js';
+import { LoopbackForwarder, MAX_FORWARDED_CONNECTIONS } from './loopback-forward.js';
 import { PortTable, type PortOwnerLookups } from './port-table.js';
 import { socketWatcher } from './socket-watch.js';
 
@@ -26,7 +27,8 @@ export function openPorts(config: Config, processes: ProcessRegistry, log: Logge
   table.startSocketWatch = socketWatcher(processes.holderPath);
   table.onSocketWatchFailed = (reason) => log.warn({ reason }, 'sock_diag netlink unavailable: polling /proc/net for port changes');
   const fixed = config.forwardAddresses;
-  const forwarder = new LoopbackForwarder(table, fixed ? () => [...fixed] : guestAddresses, log);
+  const relay = new ForwardRelay(processes.holderPath, log);
+  const forwarder = new LoopbackForwarder(table, fixed ? () => [...fixed] : guestAddresses, log, MAX_FORWARDED_CONNECTIONS, relay);
   if (config.forwardLoopback) forwarder.enable(true);
   return { table, forwarder };
 }

@@ -1,5 +1,6 @@
 import { createHash, randomBytes } from 'node:crypto';
 import { Agent, createServer as createHttpServer, get, type Server as HttpServer } from 'node:http';
+import { readdirSync, readFileSync, readlinkSync } from 'node:fs';
 import { connect, createServer, type AddressInfo, type Server, type Socket } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { waitFor } from '../helpers/proc.js';
@@ -57,6 +58,47 @@ function getText(url: string, agent?: Agent): Promise<string> {
   });
 }
 
+/** Live children of a process. */
+function childrenOf(parent: number): number[] {
+  return readdirSync('/proc').filter((entry) => /^\d+$/.test(entry)).map(Number).filter((pid) => {
+    try {
+      const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
+      return Number(fields[1]) === parent && fields[0] !== 'Z';
+    } catch {
+      return false;
+    }
+  });
+}
+
+const cmdline = (pid: number) => readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0');
+
+/** The inodes of the sockets a process holds. */
+function socketInodes(pid: number): Set<string> {
+  const inodes = new Set<string>();
+  for (const fd of readdirSync(`/proc/${pid}/fd`)) {
+    try {
+      const target = readlinkSync(`/proc/${pid}/fd/${fd}`);
+      if (target.startsWith('socket:[')) inodes.add(target.slice(8, -1));
+    } catch {
+      // closed meanwhile
+    }
+  }
+  return inodes;
+}
+
+/** Whether the TCP connection from `clientPort` to host:port is held (its accepted end) by a socket of envd's process or of the relay: true when the relay's. */
+async function answersFrom(host: string, port: number, clientPort: number): Promise<boolean> {
+  const hex = (n: number) => n.toString(16).toUpperCase().padStart(4, '0');
+  const local = `${host.split('.').map(Number).reverse().map((n) => n.toString(16).toUpperCase().padStart(2, '0')).join('')}:${hex(port)}`;
+  const line = readFileSync('/proc/net/tcp', 'utf8').split('\n').find((row) => {
+    const fields = row.trim().split(/\s+/);
+    return fields[1] === local && fields[2]?.endsWith(`:${hex(clientPort)}`);
+  });
+  const inode = line?.trim().split(/\s+/)[9];
+  const relay = childrenOf(process.pid).find((pid) => cmdline(pid).includes('--forward'))!;
+  return inode !== undefined && socketInodes(relay).has(inode) && !socketInodes(process.pid).has(inode);
+}
+
 describe('loopback forward', () => {
   it('makes a 127.0.0.1 HTTP server reachable on the other address within a poll, with keep-alive on one connection', async () => {
     const peers = new Set<number | undefined>();
@@ -76,7 +118,8 @@ describe('loopback forward', () => {
     expect(peers.size).toBe(1);
     agent.destroy();
     // envd's own forwarding listener is plumbing, not a port of the guest's.
-    const listed = (await envd.json('GET', '/ports')).body.ports.filter((p: any) => p.port === port);
+    // (Other envds on this machine may forward the same listener to its own addresses: only this process's count.)
+    const listed = (await envd.json('GET', '/ports')).body.ports.filter((p: any) => p.port === port && p.pid === process.pid);
     expect(listed.map((p: any) => p.address)).toEqual(['127.0.0.1']);
     expect(listed[0].pid).toBe(process.pid);
   });
@@ -87,6 +130,22 @@ describe('loopback forward', () => {
     await forwarded(port);
     await new Promise((resolve) => server.close(resolve));
     await waitFor(async () => !(await accepts(FORWARD, port)), 5_000, 'the forward to stop');
+  });
+
+  it("copies in the splice relay, not in envd's event loop: the relay child holds both sockets of a connection, envd none", async () => {
+    const server = createServer((socket) => socket.pipe(socket));
+    const port = await listening(server, '127.0.0.1');
+    await forwarded(port);
+    const client = connect({ host: FORWARD, port });
+    client.write('ping');
+    await new Promise((resolve) => client.once('data', resolve));
+    const relay = childrenOf(process.pid).find((pid) => cmdline(pid).includes('--forward'));
+    expect(relay, 'an envd-holder --forward child').toBeDefined();
+    // The relay holds the client's socket (taken from envd) and its own connection to the listener.
+    const { localPort } = client;
+    expect(socketInodes(relay!).size).toBeGreaterThanOrEqual(2);
+    expect(await answersFrom(FORWARD, port, localPort!)).toBe(true);
+    client.destroy();
   });
 
   it('forwards a ::1 listener too', async () => {

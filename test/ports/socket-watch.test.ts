@@ -73,7 +73,9 @@ describe('envd-holder --watch-sockets', () => {
       return keys(candidate).join('\n') === keys(proc).join('\n');
     });
     expect(keys(set)).toEqual(keys(proc));
-    const mine = set.filter((s) => Object.values(ports).includes(s.port)).map((s) => `${s.protocol} ${s.address} ${s.port}`);
+    // (Another envd on this machine may forward these loopback sockets to its own addresses: only the addresses bound here count.)
+    const bound = ['127.0.0.1', '::1', '::'];
+    const mine = set.filter((s) => Object.values(ports).includes(s.port) && bound.includes(s.address)).map((s) => `${s.protocol} ${s.address} ${s.port}`);
     expect(mine.sort()).toEqual(
       [`tcp 127.0.0.1 ${ports.tcp4}`, `tcp ::1 ${ports.tcp6}`, `tcp :: ${ports.tcpAny}`, `udp 127.0.0.1 ${ports.udp4}`, `udp ::1 ${ports.udp6}`].sort(),
     );

@@ -1,0 +1,108 @@
+import { spawn, type ChildProcessWithoutNullStreams } from 'node:child_process';
+import { fstatSync } from 'node:fs';
+import type { Socket } from 'node:net';
+import { createInterface } from 'node:readline';
+import type { Logger } from '../logger.js';
+import { socketFd } from '../node-internals.js';
+import { FORWARD_BUFFER_BYTES } from './byte-pump.js';
+
+/** A connection handed to the relay: what to do if it refuses, and when it ended. */
+interface Handed {
+  /** Until the relay took it (then envd's socket is closed and let go: a thousand idle connections keep no Socket here). */
+  client: Socket | undefined;
+  refused: () => void;
+  ended: () => void;
+}
+
+/**
+ * The loopback forward's relay, `envd-holder --forward` (src/holder/forward.h):
+ * one child of envd that takes each forwarded connection's client socket
+ * (pidfd_getfd of envd's fd), connects to the loopback listener and copies
+ * both directions by splice(2), so the bytes never cross envd's event loop.
+ * Started at the first connection; a connection it cannot take (no
+ * pidfd_getfd in this kernel, not allowed, Node's socket internals not
+ * trusted, the relay gone) is copied by envd itself (byte-pump.ts).
+ */
+export class ForwardRelay {
+  private child: ChildProcessWithoutNullStreams | undefined;
+  private failed = false;
+  private nextId = 1;
+  private readonly handed = new Map<number, Handed>();
+
+  constructor(
+    private readonly holderPath: string,
+    private readonly log: Logger,
+    private readonly bufferBytes = FORWARD_BUFFER_BYTES,
+  ) {}
+
+  /** Hands `client` (paused, never read) to the relay; `refused` if envd must copy it itself, `ended` once the relay closed it. */
+  hand(client: Socket, address: string, port: number, refused: () => void, ended: () => void): void {
+    const fd = socketFd(client);
+    const relay = fd === undefined ? undefined : this.running();
+    if (fd === undefined || !relay) return refused();
+    let inode: number;
+    try {
+      inode = fstatSync(fd).ino;
+    } catch {
+      return refused();
+    }
+    const id = this.nextId++;
+    this.handed.set(id, { client, refused, ended });
+    relay.stdin.write(`take ${id} ${fd} ${inode} ${address} ${port}\n`);
+  }
+
+  /** Ends the relay and every connection it holds (envd is closing). */
+  stop(): void {
+    this.child?.kill('SIGKILL');
+  }
+
+  private running(): ChildProcessWithoutNullStreams | undefined {
+    if (this.failed) return undefined;
+    if (this.child) return this.child;
+    // stdin is envd's line to it: when envd exits its end closes and the relay ends with its connections.
+    const child = spawn(this.holderPath, ['--forward', String(process.pid), String(this.bufferBytes)], { env: {}, stdio: ['pipe', 'pipe', 'pipe'] });
+    this.child = child;
+    let reason = '';
+    child.stderr.setEncoding('utf8');
+    child.stderr.on('data', (text: string) => (reason = (reason + text).slice(0, 1024)));
+    child.stdin.on('error', () => {});
+    createInterface({ input: child.stdout }).on('line', (line) => this.onLine(line));
+    child.on('error', (error) => (reason ||= error.message));
+    child.on('close', (code, signal) => {
+      this.failed = true;
+      this.child = undefined;
+      if (signal !== 'SIGKILL') this.log.warn({ reason: reason.trim() || `exited (${signal ?? code})` }, 'the forward relay ended: envd copies forwarded connections itself');
+      for (const connection of this.handed.values()) (connection.client ? connection.refused : connection.ended)();
+      this.handed.clear();
+    });
+    return child;
+  }
+
+  private onLine(line: string): void {
+    const [what, idText] = line.split(' ');
+    const id = Number(idText);
+    const connection = this.handed.get(id);
+    if (!connection) return;
+    if (what === 'taken') {
+      // The relay holds its own descriptor of the socket: envd's is closed, not shut down, so the connection goes on there.
+      connection.client?.destroy();
+      connection.client = undefined;
+      connection.refused = () => {};
+    } else if (what === 'refused') {
+      this.handed.delete(id);
+      this.refusedOnce(line);
+      connection.refused();
+    } else if (what === 'closed') {
+      this.handed.delete(id);
+      connection.ended();
+    }
+  }
+
+  private saidRefused = false;
+
+  private refusedOnce(line: string): void {
+    if (this.saidRefused) return;
+    this.saidRefused = true;
+    this.log.info({ answer: line }, 'the forward relay could not take a connection: envd copies it itself');
+  }
+}
