@@ -6,12 +6,15 @@
  * 9-18 MiB of envd's RSS that nothing in Node can return (docs/performance.md).
  * envd calls it after its memory-reducing collections (src/memory-reclaim.ts).
  * Only libc and Node-API, which the Node binary exports. The addon also
- * carries reseed() (random-reseed.c): one shared object for envd's few
- * in-process native calls.
+ * carries reseed() (random-reseed.c) and the search's openFileAt(),
+ * openDirAt() (open-at.c) and countNewlines() (count-lines.c): one shared
+ * object for envd's few in-process native calls.
  */
 #include <malloc.h>
 #include <node_api.h>
 
+#include "count-lines.h"
+#include "open-at.h"
 #include "random-reseed.h"
 
 /** trim(): true when malloc_trim gave memory back. */
@@ -28,5 +31,11 @@ NAPI_MODULE_INIT() {
   if (napi_set_named_property(env, exports, "trim", fn) != napi_ok) return NULL;
   if (napi_create_function(env, "reseed", NAPI_AUTO_LENGTH, random_reseed, NULL, &fn) != napi_ok) return NULL;
   if (napi_set_named_property(env, exports, "reseed", fn) != napi_ok) return NULL;
+  if (napi_create_function(env, "openFileAt", NAPI_AUTO_LENGTH, open_file_at, NULL, &fn) != napi_ok) return NULL;
+  if (napi_set_named_property(env, exports, "openFileAt", fn) != napi_ok) return NULL;
+  if (napi_create_function(env, "openDirAt", NAPI_AUTO_LENGTH, open_dir_at, NULL, &fn) != napi_ok) return NULL;
+  if (napi_set_named_property(env, exports, "openDirAt", fn) != napi_ok) return NULL;
+  if (napi_create_function(env, "countNewlines", NAPI_AUTO_LENGTH, count_newlines, NULL, &fn) != napi_ok) return NULL;
+  if (napi_set_named_property(env, exports, "countNewlines", fn) != napi_ok) return NULL;
   return exports;
 }

@@ -51,13 +51,14 @@ export function randomReseeder(stateDir: string, log: Logger, addon = (): string
   }
 }
 
-function loadExports(path: string): { trim?: () => boolean; reseed?: (bytes: Uint8Array) => boolean } {
-  const addon = { exports: {} as { trim?: () => boolean; reseed?: (bytes: Uint8Array) => boolean } };
+/** The addon's exports, as loose as an unknown shared object's; each user checks the function it takes. */
+export function loadExports(path: string): Record<string, unknown> & { trim?: () => boolean; reseed?: (bytes: Uint8Array) => boolean } {
+  const addon = { exports: {} as Record<string, unknown> & { trim?: () => boolean; reseed?: (bytes: Uint8Array) => boolean } };
   process.dlopen(addon, path);
   return addon.exports;
 }
 
-function addonPath(stateDir: string): string {
+export function addonPath(stateDir: string): string {
   if (isSea()) {
     const name = `envd-malloc-trim-${typeof ENVD_MALLOC_TRIM_HASH === 'string' ? ENVD_MALLOC_TRIM_HASH : 'unhashed'}.node`;
     const written = stateBinaryPath(stateDir, name);
