@@ -266,12 +266,12 @@ function buildSingleExecutable() {
  * headers changed.
  */
 function buildMallocTrimAddon() {
-  // malloc-trim.c registers the addon's functions; random-reseed.c, open-at.c and count-lines.c are the others.
-  const sources = ['src/native/malloc-trim.c', 'src/native/random-reseed.c', 'src/native/open-at.c', 'src/native/count-lines.c'];
+  // malloc-trim.c registers the addon's functions; random-reseed.c, open-at.c and byte-search.c are the others.
+  const sources = ['src/native/malloc-trim.c', 'src/native/random-reseed.c', 'src/native/open-at.c', 'src/native/byte-search.c'];
   const output = 'dist/envd-malloc-trim.node';
   const headers = nodeApiHeaders();
   const flags = ['-std=c11', '-O2', '-Wall', '-Wextra', '-Werror', '-s', '-shared', '-fPIC', `-I${headers}`];
-  const hash = createHash('sha256').update(JSON.stringify(flags)).update(readFileSync(`${headers}/node_api.h`)).update(readFileSync('src/native/random-reseed.h')).update(readFileSync('src/native/open-at.h')).update(readFileSync('src/native/count-lines.h'));
+  const hash = createHash('sha256').update(JSON.stringify(flags)).update(readFileSync(`${headers}/node_api.h`)).update(readFileSync('src/native/random-reseed.h')).update(readFileSync('src/native/open-at.h')).update(readFileSync('src/native/byte-search.h'));
   for (const source of sources) hash.update(readFileSync(source));
   const inputs = hash.digest('hex');
   const stampFile = `${output}.inputs`;

@@ -7,13 +7,13 @@
  * envd calls it after its memory-reducing collections (src/memory-reclaim.ts).
  * Only libc and Node-API, which the Node binary exports. The addon also
  * carries reseed() (random-reseed.c) and the search's openFileAt(),
- * openDirAt() (open-at.c) and countNewlines() (count-lines.c): one shared
+ * openDirAt() (open-at.c), countNewlines() and findNeedle() (byte-search.c): one shared
  * object for envd's few in-process native calls.
  */
 #include <malloc.h>
 #include <node_api.h>
 
-#include "count-lines.h"
+#include "byte-search.h"
 #include "open-at.h"
 #include "random-reseed.h"
 
@@ -37,5 +37,7 @@ NAPI_MODULE_INIT() {
   if (napi_set_named_property(env, exports, "openDirAt", fn) != napi_ok) return NULL;
   if (napi_create_function(env, "countNewlines", NAPI_AUTO_LENGTH, count_newlines, NULL, &fn) != napi_ok) return NULL;
   if (napi_set_named_property(env, exports, "countNewlines", fn) != napi_ok) return NULL;
+  if (napi_create_function(env, "findNeedle", NAPI_AUTO_LENGTH, find_needle, NULL, &fn) != napi_ok) return NULL;
+  if (napi_set_named_property(env, exports, "findNeedle", fn) != napi_ok) return NULL;
   return exports;
 }

@@ -77,7 +77,7 @@ export const searchRoutes: FastifyPluginAsyncTypebox<{ state: SandboxState; sear
         root: path,
         pattern,
         walk: { hidden: body.hidden ?? false, gitignore: body.gitignore ?? true, include: body.include ?? [], exclude: body.exclude ?? [], reader, searchCalls },
-        scan: { context: body.context ?? 0, maxPerFile: body.max_per_file ?? Number.POSITIVE_INFINITY, maxFileBytes: body.max_file_bytes ?? 0, countNewlines: searchCalls?.countNewlines },
+        scan: { context: body.context ?? 0, maxPerFile: body.max_per_file ?? Number.POSITIVE_INFINITY, maxFileBytes: body.max_file_bytes ?? 0, bytes: searchCalls },
         maxResults: body.max_results ?? Number.POSITIVE_INFINITY,
         timeoutMs: body.timeout_ms ?? S.DEFAULT_SEARCH_TIMEOUT_MS,
       });

@@ -1,4 +1,5 @@
 import { readSync } from 'node:fs';
+import type { SearchCalls } from '../../native/search-calls.js';
 import type { Pattern } from './pattern.js';
 
 /**
@@ -27,8 +28,8 @@ export interface ScanOptions {
   maxPerFile: number;
   /** Files over this many bytes are skipped (ripgrep's --max-filesize); 0: no limit. */
   maxFileBytes: number;
-  /** The addon's newline count (memchr); undefined: counted here, more slowly. */
-  countNewlines: ((bytes: Uint8Array) => number) | undefined;
+  /** The addon's byte loops (memchr); undefined: Buffer.indexOf here, more slowly. */
+  bytes: Pick<SearchCalls, 'countNewlines' | 'findNeedle'> | undefined;
 }
 
 const cut = (line: string) => (line.length > MAX_LINE_CHARS ? line.slice(0, MAX_LINE_CHARS) : line);
@@ -68,7 +69,7 @@ export function* scanFile(fd: number, size: number, start: number | undefined, b
       let boundary = eof ? end : view.lastIndexOf(10, end - 1) + 1;
       if (boundary === 0) boundary = end; // one line longer than the buffer: searched in pieces
       const region = buffer.subarray(0, boundary);
-      const needsText = pending.length > 0 || !pattern.needle || region.indexOf(pattern.needle) !== -1;
+      const needsText = pending.length > 0 || !pattern.needle || (options.bytes ? options.bytes.findNeedle(region, pattern.needle) : region.indexOf(pattern.needle)) !== -1;
       if (needsText) {
         const found = () => ++matched < options.maxPerFile && !stopped;
         const lines = scanText(region.toString('utf8'), pattern, options.context, { firstLine: lineNo, recent, waiting: pending, eof, emit, found });
@@ -77,7 +78,7 @@ export function* scanFile(fd: number, size: number, start: number | undefined, b
         recent = lines.recent;
       } else {
         // Line numbers matter only to a later chunk of this file: a file searched in one chunk (most are) is not counted.
-        if (!eof) lineNo += (options.countNewlines ?? countNewlines)(region);
+        if (!eof) lineNo += options.bytes ? options.bytes.countNewlines(region) : countNewlines(region);
         if (options.context > 0) recent = lastLines(region.toString('utf8'), options.context, recent);
       }
       if (stopped || matched >= options.maxPerFile) break;

@@ -62,7 +62,7 @@ async function runSearch(request: SearchRequest, sink: SearchSink, file: { fd: n
   const deadline = started + request.timeoutMs;
   const summary: SearchSummary = { type: 'summary', files_scanned: 0, files_matched: 0, matches: 0, truncated: false, timed_out: false, elapsed_ms: 0 };
   // One read buffer for the whole search: memory does not grow with the tree or its files.
-  const buffer = Buffer.allocUnsafe(request.pattern.needle ? LITERAL_CHUNK_BYTES : REGEX_CHUNK_BYTES);
+  const buffer = Buffer.allocUnsafe(request.pattern.literal !== undefined ? LITERAL_CHUNK_BYTES : REGEX_CHUNK_BYTES);
   let out = '';
   let sliceEnd = performance.now() + SEARCH_SLICE_MS;
   /** Between slices: flush what was found, wait for a slow client, let the event loop run. False: stop. */
