@@ -7,7 +7,7 @@
  * envd calls it after its memory-reducing collections (src/memory-reclaim.ts).
  * Only libc and Node-API, which the Node binary exports. The addon also
  * carries reseed() (random-reseed.c) and the search's openFileAt(),
- * openDirAt() (open-at.c), countNewlines() and findNeedle() (byte-search.c): one shared
+ * openDirAt(), listDir() (open-at.c), countNewlines() and findNeedle() (byte-search.c): one shared
  * object for envd's few in-process native calls.
  */
 #include <malloc.h>
@@ -35,6 +35,8 @@ NAPI_MODULE_INIT() {
   if (napi_set_named_property(env, exports, "openFileAt", fn) != napi_ok) return NULL;
   if (napi_create_function(env, "openDirAt", NAPI_AUTO_LENGTH, open_dir_at, NULL, &fn) != napi_ok) return NULL;
   if (napi_set_named_property(env, exports, "openDirAt", fn) != napi_ok) return NULL;
+  if (napi_create_function(env, "listDir", NAPI_AUTO_LENGTH, list_dir, NULL, &fn) != napi_ok) return NULL;
+  if (napi_set_named_property(env, exports, "listDir", fn) != napi_ok) return NULL;
   if (napi_create_function(env, "countNewlines", NAPI_AUTO_LENGTH, count_newlines, NULL, &fn) != napi_ok) return NULL;
   if (napi_set_named_property(env, exports, "countNewlines", fn) != napi_ok) return NULL;
   if (napi_create_function(env, "findNeedle", NAPI_AUTO_LENGTH, find_needle, NULL, &fn) != napi_ok) return NULL;

@@ -7,7 +7,9 @@
  * the hostile-path way (O_NOFOLLOW|O_NONBLOCK, so a planted symlink or FIFO
  * opens nothing and blocks nothing), checks the opened inode with fstat (its
  * type, the reader's permission bits) and, for a file, reads its first bytes,
- * closing it when that was all of it.
+ * closing it when that was all of it. listDir reads a directory through its
+ * descriptor into one string, where Node's readdir needed a path and made an
+ * object per entry.
  *
  * Results are negative errno values or counts; sizes and descriptors go into
  * the caller's Float64Array, so no call allocates a JavaScript object.
@@ -15,7 +17,9 @@
 #define _GNU_SOURCE
 #include "open-at.h"
 
+#include <dirent.h>
 #include <errno.h>
+#include <stdlib.h>
 #include <fcntl.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -160,4 +164,73 @@ napi_value open_file_at(napi_env env, napi_callback_info info) {
     out[OUT_FD] = fd;
   }
   return number(env, 0);
+}
+
+/** The type letter of an entry: 'd' directory, 'f' regular file, 'o' anything else (symlinks included: never followed). */
+static char type_letter(int dirfd, const struct dirent *entry) {
+  unsigned char type = entry->d_type;
+  if (type == DT_UNKNOWN) {
+    // Some filesystems do not fill d_type: ask the inode, without following a symlink.
+    struct stat st;
+    if (fstatat(dirfd, entry->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0) return 'o';
+    type = S_ISDIR(st.st_mode) ? DT_DIR : S_ISREG(st.st_mode) ? DT_REG : DT_UNKNOWN;
+  }
+  return type == DT_DIR ? 'd' : type == DT_REG ? 'f' : 'o';
+}
+
+/**
+ * listDir(dirfd): the directory's entries as one string, each its type
+ * letter and its name, separated by '/' (which no name holds); "" when empty,
+ * -errno when it cannot be read. Names are decoded as UTF-8, invalid bytes
+ * as U+FFFD (the caller reads such a directory again by bytes).
+ */
+napi_value list_dir(napi_env env, napi_callback_info info) {
+  size_t argc = 1;
+  napi_value argv[1];
+  int dirfd;
+  if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok || argc != 1 || napi_get_value_int32(env, argv[0], &dirfd) != napi_ok) return NULL;
+  // fdopendir takes the descriptor it gets: a duplicate, so the caller's stays open.
+  int fd = fcntl(dirfd, F_DUPFD_CLOEXEC, 0);
+  if (fd < 0) return number(env, -errno);
+  DIR *dir = fdopendir(fd);
+  if (dir == NULL) {
+    int error = errno;
+    close(fd);
+    return number(env, -error);
+  }
+  rewinddir(dir);
+  size_t capacity = 4096;
+  size_t used = 0;
+  char *text = malloc(capacity);
+  int error = text == NULL ? ENOMEM : 0;
+  for (struct dirent *entry; error == 0;) {
+    errno = 0;
+    if ((entry = readdir(dir)) == NULL) {
+      error = errno;
+      break;
+    }
+    const char *name = entry->d_name;
+    if (name[0] == '.' && (name[1] == '\0' || (name[1] == '.' && name[2] == '\0'))) continue;
+    size_t length = strlen(name);
+    // The type letter, the name and a separator.
+    if (used + length + 2 > capacity) {
+      while (used + length + 2 > capacity) capacity *= 2;
+      char *grown = realloc(text, capacity);
+      if (grown == NULL) {
+        error = ENOMEM;
+        break;
+      }
+      text = grown;
+    }
+    if (used > 0) text[used++] = '/';
+    text[used++] = type_letter(dirfd, entry);
+    memcpy(text + used, name, length);
+    used += length;
+  }
+  closedir(dir);
+  napi_value result = NULL;
+  if (error != 0) result = number(env, -error);
+  else if (napi_create_string_utf8(env, text, used, &result) != napi_ok) result = NULL;
+  free(text);
+  return result;
 }

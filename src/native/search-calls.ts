@@ -13,6 +13,8 @@ export interface SearchCalls {
   openDirAt(dirfd: number, name: string | Buffer, reader: Int32Array | null): number;
   /** A regular file the reader may read, its first bytes read into `buffer` (none when empty or over `maxBytes` > 0): 0 with `out` = [size, fd or -1 once closed, bytes read], or -errno. */
   openFileAt(dirfd: number, name: string | Buffer, reader: Int32Array | null, buffer: Buffer, maxBytes: number, out: Float64Array): number;
+  /** The entries of a directory: type letter ('d', 'f', 'o') and name, separated by '/'; or -errno. Names that are not UTF-8 show U+FFFD. */
+  listDir(dirfd: number): string | number;
   countNewlines(bytes: Uint8Array): number;
   /** Where `needle` first occurs in `bytes`, or -1 (as Buffer.indexOf, 2-3 times faster). */
   findNeedle(bytes: Uint8Array, needle: Uint8Array): number;
@@ -26,7 +28,7 @@ export interface SearchCalls {
 export function loadSearchCalls(stateDir: string, log: Logger, addon = (): string => addonPath(stateDir)): SearchCalls | undefined {
   try {
     const exports = loadExports(addon());
-    for (const name of ['openFileAt', 'openDirAt', 'countNewlines', 'findNeedle']) if (typeof exports[name] !== 'function') throw new Error(`the addon has no ${name}()`);
+    for (const name of ['openFileAt', 'openDirAt', 'listDir', 'countNewlines', 'findNeedle']) if (typeof exports[name] !== 'function') throw new Error(`the addon has no ${name}()`);
     return exports as unknown as SearchCalls;
   } catch (error) {
     log.warn({ err: error }, 'search and find cannot use their native calls (the addon did not load): they open paths under /proc/self/fd instead, more slowly');

@@ -120,6 +120,13 @@ export class OpenDir {
 
   /** The entries, sorted by name so answers are stable; undefined when the directory vanished meanwhile. */
   entries(): DirEntry[] | undefined {
+    if (this.searchCalls) {
+      const listed = this.searchCalls.listDir(this.fd);
+      if (typeof listed === 'number') return undefined;
+      if (listed === '') return [];
+      // A name that is not UTF-8 (it decodes with U+FFFD): the directory is read again as bytes, below.
+      if (!listed.includes('\uFFFD')) return listed.split('/').map((entry) => ({ name: entry.slice(1), raw: undefined, isDir: entry[0] === 'd', isFile: entry[0] === 'f' })).sort(byName);
+    }
     const path = HAS_PROC_FD ? `/proc/self/fd/${this.fd}` : this.path;
     try {
       // Names as strings (a Buffer per name cost a quarter of a search in garbage collection); a
