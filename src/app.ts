@@ -13,6 +13,7 @@ import type { Config } from './config.js';
 import { errnoFailure, HttpError } from './errors.js';
 import { MountGuard, requestPaths } from './files/mount-guard.js';
 import { fileRoutes } from './files/routes.js';
+import { loadSearchCalls } from './native/search-calls.js';
 import type { ClockSetter } from './lifecycle/clock.js';
 import type { OpenApiSource } from './lifecycle/openapi-source.js';
 import { lifecycleRoutes } from './lifecycle/routes.js';
@@ -167,7 +168,8 @@ export async function buildApp({ config, logger, state = new SandboxState(config
   const sessions = await SessionRegistry.open({ processes, state, stateDir: config.stateDir, idleTimeoutMs: config.sessionIdleTimeoutMs, logger: logger.child({ feature: 'sessions' }) });
   await app.register(sessionRoutes, { prefix: '/sessions', sessions, memoryBudget });
   await app.register(readyRoutes, { prefix: '/commands', processes, logger: processes.log });
-  await app.register(fileRoutes, { prefix: '/files', config, state, receiver: processes.holderPath });
+  const searchCalls = loadSearchCalls(config.stateDir, logger.child({ feature: 'search' }));
+  await app.register(fileRoutes, { prefix: '/files', config, state, receiver: processes.holderPath, searchCalls });
   await app.register(serviceRoutes, { prefix: '/services', config, processes, services });
   await app.register(portRoutes, { prefix: '/ports', table: ports.table });
   await internals;

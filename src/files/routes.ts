@@ -23,6 +23,7 @@ import { openRegular } from './user-file.js';
 import { lstatPath } from './user-path.js';
 import { moveEntry } from './rename.js';
 import * as S from './schemas.js';
+import type { SearchCalls } from '../native/search-calls.js';
 import { searchRoutes } from './search/routes.js';
 import { UPLOAD_LIMIT, checkUploadHeaders, receiveUpload } from './upload.js';
 import { WatchRegistry } from './watch/registry.js';
@@ -33,14 +34,16 @@ export interface FileRoutesOptions {
   state: SandboxState;
   /** The envd-holder binary: its --receive mode takes large uploads' bodies (upload-splice.ts), its --relay mode hashes large archives (archive-relay.ts). */
   receiver: string;
+  /** The addon's openat for search and find; undefined where it did not load. */
+  searchCalls: SearchCalls | undefined;
 }
 
-export const fileRoutes: FastifyPluginAsyncTypebox<FileRoutesOptions> = async (app, { state, receiver }) => {
+export const fileRoutes: FastifyPluginAsyncTypebox<FileRoutesOptions> = async (app, { state, receiver, searchCalls }) => {
   // Raw uploads reach the handler as the unread request stream; only this plugin sees this parser.
   app.addContentTypeParser(['application/octet-stream', 'application/x-tar', 'application/gzip'], (_request, payload, done) => done(null, payload));
   // Every watch of this app shares one watch per directory.
   const watches = new WatchRegistry();
-  await app.register(searchRoutes, { state });
+  await app.register(searchRoutes, { state, searchCalls });
 
   app.put(
     '/raw',

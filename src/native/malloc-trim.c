@@ -6,14 +6,17 @@
  * 9-18 MiB of envd's RSS that nothing in Node can return (docs/performance.md).
  * envd calls it after its memory-reducing collections (src/memory-reclaim.ts).
  * Only libc and Node-API, which the Node binary exports. The addon also
- * carries reseed() (random-reseed.c) and the tar writer's openEntries() and
- * readFiles() (file-batch.c): one shared object for envd's few in-process
- * native calls.
+ * carries reseed() (random-reseed.c), the tar writer's openEntries() and
+ * readFiles() (file-batch.c), and the search's openFileAt(), openDirAt(),
+ * listDir() (open-at.c), countNewlines() and findNeedle() (byte-search.c): one
+ * shared object for envd's few in-process native calls.
  */
 #include <malloc.h>
 #include <node_api.h>
 
+#include "byte-search.h"
 #include "file-batch.h"
+#include "open-at.h"
 #include "random-reseed.h"
 
 /** trim(): true when malloc_trim gave memory back. */
@@ -34,5 +37,15 @@ NAPI_MODULE_INIT() {
   if (napi_set_named_property(env, exports, "openEntries", fn) != napi_ok) return NULL;
   if (napi_create_function(env, "readFiles", NAPI_AUTO_LENGTH, file_batch_read_files, NULL, &fn) != napi_ok) return NULL;
   if (napi_set_named_property(env, exports, "readFiles", fn) != napi_ok) return NULL;
+  if (napi_create_function(env, "openFileAt", NAPI_AUTO_LENGTH, open_file_at, NULL, &fn) != napi_ok) return NULL;
+  if (napi_set_named_property(env, exports, "openFileAt", fn) != napi_ok) return NULL;
+  if (napi_create_function(env, "openDirAt", NAPI_AUTO_LENGTH, open_dir_at, NULL, &fn) != napi_ok) return NULL;
+  if (napi_set_named_property(env, exports, "openDirAt", fn) != napi_ok) return NULL;
+  if (napi_create_function(env, "listDir", NAPI_AUTO_LENGTH, list_dir, NULL, &fn) != napi_ok) return NULL;
+  if (napi_set_named_property(env, exports, "listDir", fn) != napi_ok) return NULL;
+  if (napi_create_function(env, "countNewlines", NAPI_AUTO_LENGTH, count_newlines, NULL, &fn) != napi_ok) return NULL;
+  if (napi_set_named_property(env, exports, "countNewlines", fn) != napi_ok) return NULL;
+  if (napi_create_function(env, "findNeedle", NAPI_AUTO_LENGTH, find_needle, NULL, &fn) != napi_ok) return NULL;
+  if (napi_set_named_property(env, exports, "findNeedle", fn) != napi_ok) return NULL;
   return exports;
 }

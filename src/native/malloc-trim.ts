@@ -61,22 +61,22 @@ export function fileBatchCalls(stateDir: string, log: Logger, addon = (): string
   try {
     const { openEntries, readFiles } = loadExports(addon());
     if (typeof openEntries !== 'function' || typeof readFiles !== 'function') throw new Error(`${ADDON} has no openEntries() and readFiles()`);
-    return { openEntries, readFiles };
+    // Checked to be functions above; their signatures are file-batch.c's (tar/file-batch.ts).
+    return { openEntries, readFiles } as FileBatchCalls;
   } catch (error) {
     log.warn({ err: error }, 'archive downloads read files through node:fs: slower, the same result');
     return undefined;
   }
 }
 
-type AddonExports = Partial<FileBatchCalls> & { trim?: () => boolean; reseed?: (bytes: Uint8Array) => boolean };
-
-function loadExports(path: string): AddonExports {
-  const addon = { exports: {} as AddonExports };
+/** The addon's exports, as loose as an unknown shared object's; each user checks the function it takes. */
+export function loadExports(path: string): Record<string, unknown> & { trim?: () => boolean; reseed?: (bytes: Uint8Array) => boolean } {
+  const addon = { exports: {} as Record<string, unknown> & { trim?: () => boolean; reseed?: (bytes: Uint8Array) => boolean } };
   process.dlopen(addon, path);
   return addon.exports;
 }
 
-function addonPath(stateDir: string): string {
+export function addonPath(stateDir: string): string {
   if (isSea()) {
     const name = `envd-malloc-trim-${typeof ENVD_MALLOC_TRIM_HASH === 'string' ? ENVD_MALLOC_TRIM_HASH : 'unhashed'}.node`;
     const written = stateBinaryPath(stateDir, name);

@@ -23,7 +23,7 @@ export interface FindRequest {
  * so envd never holds a listing of a large tree.
  */
 export function prepareFind(request: FindRequest): (sink: SearchSink) => Promise<{ listed: number; truncated: boolean }> {
-  const root = OpenDir.openRoot(request.root, request.walk.reader);
+  const root = OpenDir.openRoot(request.root, request.walk.reader, request.walk.searchCalls);
   return async (sink) => {
     const walk = walkTree(root, { ...request.walk, include: request.glob === undefined ? [] : [request.glob] }, request.type !== 'file');
     let listed = 0;

@@ -23,7 +23,11 @@ export const MAX_IGNORE_FILE_BYTES = 1024 * 1024;
 export function globToRegex(glob: string): RegExp {
   let anchored = glob.includes('/');
   if (glob.startsWith('/')) glob = glob.slice(1);
-  if (glob.startsWith('**/')) anchored = false; // `**/x` is `x` at any depth
+  // `**/x` is `x` at any depth: the unanchored prefix alone (both would backtrack on every path).
+  while (glob.startsWith('**/')) {
+    anchored = false;
+    glob = glob.slice(3);
+  }
   // Only the path itself: like ripgrep, a directory's match is not inherited by its contents (the walk does not enter an ignored directory).
   return new RegExp(`^${anchored ? '' : '(?:.*/)?'}${translate(glob)}$`, 's');
 }

@@ -1,6 +1,7 @@
 import { setFlagsFromString } from 'node:v8';
 import { badRequest } from '../../errors.js';
 import { foldCase } from './fold-case.js';
+import { requiredLiteral } from './required-literal.js';
 
 // A pattern such as `(a+)+$` backtracks exponentially in V8's default engine.
 // With these flags V8 runs a regex on its backtracking engine (fast) and, past
@@ -18,7 +19,7 @@ export type CaseMode = 'smart' | 'sensitive' | 'insensitive';
 
 /** How a line is searched: a byte needle to skip chunks without decoding them, and a regex over the decoded text. */
 export interface Pattern {
-  /** Case-sensitive literals: a chunk without these bytes has no match. */
+  /** A chunk without these bytes has no match: a case-sensitive literal, or what every match of a case-sensitive regex contains. */
   needle: Buffer | undefined;
   literal: string | undefined;
   /** Global and multiline: searches a whole chunk of lines at once. */
@@ -50,8 +51,9 @@ export function compilePattern(pattern: string, literal: boolean, mode: CaseMode
     throw badRequest(`pattern: ${(error as Error).message.replace(/^Invalid regular expression: /, '')}`);
   }
   const exact = literal && sensitive && pattern !== '';
+  const required = exact ? pattern : sensitive && !literal ? requiredLiteral(pattern) : undefined;
   return {
-    needle: exact ? Buffer.from(pattern, 'utf8') : undefined,
+    needle: required === undefined ? undefined : Buffer.from(required, 'utf8'),
     literal: exact ? pattern : undefined,
     regex: new RegExp(source, flags),
     lineRegex: new RegExp(source, flags),

@@ -1,5 +1,6 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import type { ServerResponse } from 'node:http';
+import type { SearchCalls } from '../../native/search-calls.js';
 import type { SandboxState } from '../../sandbox-state.js';
 import { resolveUser, userGroups } from '../../users.js';
 import { readOwnerNames } from '../owner-names.js';
@@ -55,7 +56,7 @@ function sinkOf(res: ServerResponse, contentType: string): SearchSink & { goneAt
   return sink;
 }
 
-export const searchRoutes: FastifyPluginAsyncTypebox<{ state: SandboxState }> = async (app, { state }) => {
+export const searchRoutes: FastifyPluginAsyncTypebox<{ state: SandboxState; searchCalls: SearchCalls | undefined }> = async (app, { state, searchCalls }) => {
   app.post(
     '/search',
     {
@@ -75,8 +76,8 @@ export const searchRoutes: FastifyPluginAsyncTypebox<{ state: SandboxState }> = 
       const run = prepareSearch({
         root: path,
         pattern,
-        walk: { hidden: body.hidden ?? false, gitignore: body.gitignore ?? true, include: body.include ?? [], exclude: body.exclude ?? [], reader },
-        scan: { context: body.context ?? 0, maxPerFile: body.max_per_file ?? Number.POSITIVE_INFINITY, maxFileBytes: body.max_file_bytes ?? 0 },
+        walk: { hidden: body.hidden ?? false, gitignore: body.gitignore ?? true, include: body.include ?? [], exclude: body.exclude ?? [], reader, searchCalls },
+        scan: { context: body.context ?? 0, maxPerFile: body.max_per_file ?? Number.POSITIVE_INFINITY, maxFileBytes: body.max_file_bytes ?? 0, bytes: searchCalls },
         maxResults: body.max_results ?? Number.POSITIVE_INFINITY,
         timeoutMs: body.timeout_ms ?? S.DEFAULT_SEARCH_TIMEOUT_MS,
       });
@@ -114,7 +115,7 @@ export const searchRoutes: FastifyPluginAsyncTypebox<{ state: SandboxState }> = 
         glob: query.glob,
         type: (query.type ?? 'file') as FindType,
         maxResults: query.max_results ?? S.DEFAULT_FIND_RESULTS,
-        walk: { hidden: query.hidden ?? false, gitignore: query.gitignore ?? true, include: [], exclude: [], reader },
+        walk: { hidden: query.hidden ?? false, gitignore: query.gitignore ?? true, include: [], exclude: [], reader, searchCalls },
         names: await readOwnerNames(),
       });
       reply.hijack();

@@ -1,4 +1,5 @@
 import { readSync } from 'node:fs';
+import type { SearchCalls } from '../../native/search-calls.js';
 import type { Pattern } from './pattern.js';
 
 /**
@@ -27,6 +28,8 @@ export interface ScanOptions {
   maxPerFile: number;
   /** Files over this many bytes are skipped (ripgrep's --max-filesize); 0: no limit. */
   maxFileBytes: number;
+  /** The addon's byte loops (memchr); undefined: Buffer.indexOf here, more slowly. */
+  bytes: Pick<SearchCalls, 'countNewlines' | 'findNeedle'> | undefined;
 }
 
 const cut = (line: string) => (line.length > MAX_LINE_CHARS ? line.slice(0, MAX_LINE_CHARS) : line);
@@ -34,11 +37,12 @@ const cut = (line: string) => (line.length > MAX_LINE_CHARS ? line.slice(0, MAX_
 /**
  * Searches one open file chunk by chunk, in ripgrep's line-oriented way: a
  * match never spans lines, a NUL byte ends the search of the file (binary).
- * `buffer` is the search's one reusable read buffer; `size` is fstat's. Yields after each chunk
+ * `buffer` is the search's one reusable read buffer; `size` is fstat's; `start`: how
+ * many of the file's first bytes the buffer already holds (undefined: none read yet). Yields after each chunk
  * (the caller may give the event loop its turn there); returns how many lines
  * matched. `onMatch` returns false to stop (the search's max_results).
  */
-export function* scanFile(fd: number, size: number, buffer: Buffer, pattern: Pattern, options: ScanOptions, onMatch: (match: LineMatch) => boolean): Generator<void, number, undefined> {
+export function* scanFile(fd: number, size: number, start: number | undefined, buffer: Buffer, pattern: Pattern, options: ScanOptions, onMatch: (match: LineMatch) => boolean): Generator<void, number, undefined> {
   let carry = 0;
   let offset = 0;
   let lineNo = 1;
@@ -53,7 +57,7 @@ export function* scanFile(fd: number, size: number, buffer: Buffer, pattern: Pat
   };
   try {
     for (;;) {
-      const length = readSync(fd, buffer, carry, buffer.length - carry, offset);
+      const length = offset === 0 && start !== undefined ? start : readSync(fd, buffer, carry, buffer.length - carry, offset);
       offset += length;
       const end = carry + length;
       if (end === 0) break;
@@ -65,7 +69,7 @@ export function* scanFile(fd: number, size: number, buffer: Buffer, pattern: Pat
       let boundary = eof ? end : view.lastIndexOf(10, end - 1) + 1;
       if (boundary === 0) boundary = end; // one line longer than the buffer: searched in pieces
       const region = buffer.subarray(0, boundary);
-      const needsText = pending.length > 0 || !pattern.needle || region.indexOf(pattern.needle) !== -1;
+      const needsText = pending.length > 0 || !pattern.needle || (options.bytes ? options.bytes.findNeedle(region, pattern.needle) : region.indexOf(pattern.needle)) !== -1;
       if (needsText) {
         const found = () => ++matched < options.maxPerFile && !stopped;
         const lines = scanText(region.toString('utf8'), pattern, options.context, { firstLine: lineNo, recent, waiting: pending, eof, emit, found });
@@ -73,7 +77,8 @@ export function* scanFile(fd: number, size: number, buffer: Buffer, pattern: Pat
         lineNo = lines.nextLine;
         recent = lines.recent;
       } else {
-        lineNo += countNewlines(region);
+        // Line numbers matter only to a later chunk of this file: a file searched in one chunk (most are) is not counted.
+        if (!eof) lineNo += options.bytes ? options.bytes.countNewlines(region) : countNewlines(region);
         if (options.context > 0) recent = lastLines(region.toString('utf8'), options.context, recent);
       }
       if (stopped || matched >= options.maxPerFile) break;

@@ -2,7 +2,7 @@ import { closeSync } from 'node:fs';
 import { setImmediate as nextTurn } from 'node:timers/promises';
 import type { Pattern } from './pattern.js';
 import { LITERAL_CHUNK_BYTES, REGEX_CHUNK_BYTES, scanFile, type LineMatch, type ScanOptions } from './scan.js';
-import { OpenDir, openRootFile, type Reader } from './user-access.js';
+import { OpenDir, openRootFile, type StartedFile } from './user-access.js';
 import { walkTree, type WalkOptions } from './walk.js';
 
 /**
@@ -53,7 +53,7 @@ export interface SearchSink {
  */
 export function prepareSearch(request: SearchRequest): (sink: SearchSink) => Promise<SearchSummary> {
   const file = openRootFile(request.root, request.walk.reader);
-  const dir = file ? undefined : OpenDir.openRoot(request.root, request.walk.reader);
+  const dir = file ? undefined : OpenDir.openRoot(request.root, request.walk.reader, request.walk.searchCalls);
   return (sink) => runSearch(request, sink, file, dir);
 }
 
@@ -62,7 +62,7 @@ async function runSearch(request: SearchRequest, sink: SearchSink, file: { fd: n
   const deadline = started + request.timeoutMs;
   const summary: SearchSummary = { type: 'summary', files_scanned: 0, files_matched: 0, matches: 0, truncated: false, timed_out: false, elapsed_ms: 0 };
   // One read buffer for the whole search: memory does not grow with the tree or its files.
-  const buffer = Buffer.allocUnsafe(request.pattern.needle ? LITERAL_CHUNK_BYTES : REGEX_CHUNK_BYTES);
+  const buffer = Buffer.allocUnsafe(request.pattern.literal !== undefined ? LITERAL_CHUNK_BYTES : REGEX_CHUNK_BYTES);
   let out = '';
   let sliceEnd = performance.now() + SEARCH_SLICE_MS;
   /** Between slices: flush what was found, wait for a slow client, let the event loop run. False: stop. */
@@ -75,10 +75,10 @@ async function runSearch(request: SearchRequest, sink: SearchSink, file: { fd: n
     if (performance.now() > deadline) summary.timed_out = summary.truncated = true;
     return !sink.gone && !summary.timed_out;
   };
-  const search = function* (fd: number, size: number, path: string, pathBytes: Buffer | undefined): Generator<void, void, undefined> {
+  const search = function* (file: Omit<StartedFile, 'length'> & { length: number | undefined }, path: string, pathBytes: Buffer | undefined): Generator<void, void, undefined> {
     summary.files_scanned++;
     const where = pathBytes ? { path, path_base64: pathBytes.toString('base64') } : { path };
-    const lines = yield* scanFile(fd, size, buffer, request.pattern, request.scan, (match) => {
+    const lines = yield* scanFile(file.fd, file.size, file.length, buffer, request.pattern, request.scan, (match) => {
       out += `${JSON.stringify({ type: 'match', ...where, ...match })}\n`;
       // The first match goes out at once (the rest at the end of each slice): an agent may stop reading there.
       if (summary.matches === 0) {
@@ -96,20 +96,21 @@ async function runSearch(request: SearchRequest, sink: SearchSink, file: { fd: n
     const prefix = root && root.path !== '/' ? `${root.path}/` : '/';
     for (const entry of files) {
       if (performance.now() > sliceEnd && !(await pause())) return finish();
-      const opened = entry.dir ? entry.dir.openFile(entry.name, request.walk.reader) : file;
+      // A file of the walk is opened and its first chunk read in one step; the root file is read by the scan.
+      const opened = entry.dir ? entry.dir.startFile(entry.name, request.walk.reader, buffer, request.scan.maxFileBytes) : file && { ...file, length: undefined };
       // Empty files have nothing to match, and /proc's and /sys's pseudo-files say size 0: some (kmsg) block a read forever.
       if (!opened || opened.size === 0 || (request.scan.maxFileBytes > 0 && opened.size > request.scan.maxFileBytes)) {
-        if (opened && entry.dir) closeSync(opened.fd);
+        if (opened && entry.dir && opened.fd >= 0) closeSync(opened.fd);
         continue;
       }
       try {
         const path = entry.dir ? prefix + entry.rel : request.root;
         const pathBytes = entry.relBytes && Buffer.concat([Buffer.from(prefix), entry.relBytes]);
-        for (const _ of search(opened.fd, opened.size, path, pathBytes)) {
+        for (const _ of search(opened, path, pathBytes)) {
           if (performance.now() > sliceEnd && !(await pause())) return finish();
         }
       } finally {
-        if (entry.dir) closeSync(opened.fd);
+        if (entry.dir && opened.fd >= 0) closeSync(opened.fd);
       }
       if (summary.truncated) return finish();
     }

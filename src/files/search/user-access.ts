@@ -2,6 +2,7 @@ import { closeSync, constants, existsSync, fstatSync, lstatSync, openSync, readd
 import { isUtf8 } from 'node:buffer';
 import { dirname } from 'node:path';
 import { badRequest, errnoToHttpError, HttpError } from '../../errors.js';
+import type { SearchCalls } from '../../native/search-calls.js';
 
 /**
  * The one place search and find touch paths a sandbox user controls. envd
@@ -9,9 +10,9 @@ import { badRequest, errnoToHttpError, HttpError } from '../../errors.js';
  * read, and no symlink the user plants may send root elsewhere:
  *
  * - every directory below the root is opened through its parent's descriptor
- *   (`/proc/self/fd/N/name`, the openat(2) Node does not offer) with
- *   O_NOFOLLOW|O_DIRECTORY, so swapping a directory for a symlink mid-walk
- *   opens nothing;
+ *   (openat(2) through envd's addon, src/native/open-at.c; where it does not
+ *   load, `/proc/self/fd/N/name`) with O_NOFOLLOW|O_DIRECTORY, so swapping a
+ *   directory for a symlink mid-walk opens nothing;
  * - files are opened the same way with O_NOFOLLOW|O_NONBLOCK, and only when
  *   their directory entry says "regular file" (FIFOs, devices and sockets are
  *   never opened);
@@ -48,6 +49,26 @@ const OPEN_FILE = constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLO
 /** Without /proc (an image that does not mount it) children are opened by full path: O_NOFOLLOW still guards the last component. */
 const HAS_PROC_FD = existsSync('/proc/self/fd');
 
+/** A file opened for the search, its first bytes read: `fd` is -1 once closed (all of it was read). */
+export interface StartedFile {
+  fd: number;
+  size: number;
+  /** How many bytes of the file the buffer holds from its start. */
+  length: number;
+}
+
+/** openFileAt's results (one call at a time: the walk is synchronous). */
+const started = new Float64Array(3);
+
+/** The reader as the addon takes it, [uid, gid...], made once per reader. */
+const packedReaders = new WeakMap<Reader, Int32Array>();
+function packed(reader: Reader | undefined): Int32Array | null {
+  if (!reader) return null;
+  let ids = packedReaders.get(reader);
+  if (!ids) packedReaders.set(reader, (ids = Int32Array.from([reader.uid, ...reader.gids])));
+  return ids;
+}
+
 /** The permission bits `reader` gets from `stats`: 4 read, 2 write, 1 execute. */
 function bitsFor(stats: Stats, reader: Reader): number {
   if (stats.uid === reader.uid) return (stats.mode >> 6) & 7;
@@ -63,10 +84,11 @@ export class OpenDir {
   private constructor(
     readonly fd: number,
     readonly path: string,
+    private readonly searchCalls: SearchCalls | undefined,
   ) {}
 
-  /** Opens the search root: every ancestor must be searchable by the reader, the root itself listable. */
-  static openRoot(path: string, reader: Reader | undefined): OpenDir {
+  /** Opens the search root: every ancestor must be searchable by the reader, the root itself listable. `searchCalls`: the addon's, when it loaded. */
+  static openRoot(path: string, reader: Reader | undefined, searchCalls: SearchCalls | undefined): OpenDir {
     checkAncestors(path, reader);
     let fd: number;
     try {
@@ -74,7 +96,7 @@ export class OpenDir {
     } catch (error) {
       throw errnoToHttpError(error, path);
     }
-    const dir = new OpenDir(fd, path);
+    const dir = new OpenDir(fd, path, searchCalls);
     if (!mayList(fstatSync(fd), reader)) {
       dir.close();
       throw new HttpError(403, `${path}: permission denied (the user cannot list it)`);
@@ -85,7 +107,7 @@ export class OpenDir {
   /** An ancestor of the search root, to read its ignore files; no permission check on listing (reading a named file needs only search permission). */
   static openAncestor(path: string): OpenDir | undefined {
     try {
-      return new OpenDir(openSync(path, OPEN_DIR), path);
+      return new OpenDir(openSync(path, OPEN_DIR), path, undefined);
     } catch {
       return undefined;
     }
@@ -98,6 +120,13 @@ export class OpenDir {
 
   /** The entries, sorted by name so answers are stable; undefined when the directory vanished meanwhile. */
   entries(): DirEntry[] | undefined {
+    if (this.searchCalls) {
+      const listed = this.searchCalls.listDir(this.fd);
+      if (typeof listed === 'number') return undefined;
+      if (listed === '') return [];
+      // A name that is not UTF-8 (it decodes with U+FFFD): the directory is read again as bytes, below.
+      if (!listed.includes('\uFFFD')) return listed.split('/').map((entry) => ({ name: entry.slice(1), raw: undefined, isDir: entry[0] === 'd', isFile: entry[0] === 'f' })).sort(byName);
+    }
     const path = HAS_PROC_FD ? `/proc/self/fd/${this.fd}` : this.path;
     try {
       // Names as strings (a Buffer per name cost a quarter of a search in garbage collection); a
@@ -116,13 +145,18 @@ export class OpenDir {
 
   /** A child directory the reader may list, or undefined (a symlink now, gone, or not theirs to read). */
   openChild(name: Name, reader: Reader | undefined): OpenDir | undefined {
+    const path = this.path === '/' ? `/${String(name)}` : `${this.path}/${String(name)}`;
+    if (this.searchCalls) {
+      const fd = this.searchCalls.openDirAt(this.fd, name, packed(reader));
+      return fd < 0 ? undefined : new OpenDir(fd, path, this.searchCalls);
+    }
     let fd: number;
     try {
       fd = openSync(this.childPath(name), OPEN_DIR);
     } catch {
       return undefined;
     }
-    const child = new OpenDir(fd, this.path === '/' ? `/${String(name)}` : `${this.path}/${String(name)}`);
+    const child = new OpenDir(fd, path, undefined);
     try {
       if (mayList(fstatSync(fd), reader)) return child;
     } catch {
@@ -148,6 +182,29 @@ export class OpenDir {
     }
     closeSync(fd);
     return undefined;
+  }
+
+  /**
+   * A regular child file the reader may read, opened, and its first bytes read
+   * into `buffer` (none when it is empty or over `maxBytes` > 0); undefined
+   * otherwise. One crossing into the addon for most files. The caller closes `fd` unless it is -1.
+   */
+  startFile(name: Name, reader: Reader | undefined, buffer: Buffer, maxBytes: number): StartedFile | undefined {
+    if (this.searchCalls) {
+      if (this.searchCalls.openFileAt(this.fd, name, packed(reader), buffer, maxBytes, started) < 0) return undefined;
+      return { size: started[0]!, fd: started[1]!, length: started[2]! };
+    }
+    const file = this.openFile(name, reader);
+    if (!file) return undefined;
+    try {
+      const length = file.size === 0 || (maxBytes > 0 && file.size > maxBytes) ? 0 : readSync(file.fd, buffer, 0, Math.min(buffer.length, file.size), 0);
+      if (length < file.size) return { ...file, length };
+      closeSync(file.fd);
+      return { ...file, fd: -1, length };
+    } catch {
+      closeSync(file.fd);
+      return undefined;
+    }
   }
 
   /** A small child file's bytes (an ignore file), when it is regular, readable by the reader and at most `limit` bytes. */

@@ -1,5 +1,6 @@
 import { dirname } from 'node:path';
 import { judge, MAX_IGNORE_FILE_BYTES, parseRule, parseRules, type Rule, type Verdict } from './ignore-rules.js';
+import type { SearchCalls } from '../../native/search-calls.js';
 import { OpenDir, type Name, type Reader } from './user-access.js';
 
 /** Which entries a walk gives, by ripgrep's default rules unless turned off. */
@@ -12,6 +13,8 @@ export interface WalkOptions {
   include: readonly string[];
   exclude: readonly string[];
   reader: Reader | undefined;
+  /** The addon's openat, when it loaded (faster; the same rules either way). */
+  searchCalls: SearchCalls | undefined;
 }
 
 export interface WalkEntry {

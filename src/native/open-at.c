@@ -1,0 +1,236 @@
+/*
+ * open-at.c — openat(2) for the walk of search and find
+ * (src/files/search/user-access.ts), which Node does not offer. Without it
+ * each child was opened by the path /proc/self/fd/N/name, then fstat, read
+ * and close each crossed into C on its own: most of a search's time on a
+ * tree of small files. One call here opens a child of a directory descriptor
+ * the hostile-path way (O_NOFOLLOW|O_NONBLOCK, so a planted symlink or FIFO
+ * opens nothing and blocks nothing), checks the opened inode with fstat (its
+ * type, the reader's permission bits) and, for a file, reads its first bytes,
+ * closing it when that was all of it. listDir reads a directory through its
+ * descriptor into one string, where Node's readdir needed a path and made an
+ * object per entry.
+ *
+ * Results are negative errno values or counts; sizes and descriptors go into
+ * the caller's Float64Array, so no call allocates a JavaScript object.
+ */
+#define _GNU_SOURCE
+#include "open-at.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <fcntl.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/** A name longer than NAME_MAX cannot be a directory entry; the buffer holds it and its NUL. */
+#define NAME_BUFFER_BYTES 512
+/** out[]: the file's size from fstat, and its descriptor when left open (-1 when closed). */
+#define OUT_SIZE 0
+#define OUT_FD 1
+#define OUT_LENGTH 2
+_Static_assert(NAME_BUFFER_BYTES > 255, "a name of NAME_MAX bytes fits");
+
+/** The arguments every call shares: dirfd, name, reader (Int32Array [uid, gid...] or null). */
+struct at_args {
+  int dirfd;
+  char name[NAME_BUFFER_BYTES];
+  const int32_t *reader;
+  size_t reader_length;
+};
+
+/** 0, or -EINVAL when the arguments are not what user-access.ts passes (a JS exception is then pending). */
+static int read_at_args(napi_env env, napi_value *argv, struct at_args *args) {
+  if (napi_get_value_int32(env, argv[0], &args->dirfd) != napi_ok) return -EINVAL;
+  size_t length = 0;
+  bool is_buffer = false;
+  napi_is_buffer(env, argv[1], &is_buffer);
+  if (is_buffer) {
+    void *bytes;
+    if (napi_get_buffer_info(env, argv[1], &bytes, &length) != napi_ok || length >= NAME_BUFFER_BYTES) return -EINVAL;
+    memcpy(args->name, bytes, length);
+    args->name[length] = '\0';
+  } else if (napi_get_value_string_utf8(env, argv[1], args->name, NAME_BUFFER_BYTES, &length) != napi_ok || length >= NAME_BUFFER_BYTES - 1) {
+    return -EINVAL;
+  }
+  // One name, never a path: a slash or an embedded NUL would open something else.
+  if (length == 0 || memchr(args->name, '/', length) != NULL || strlen(args->name) != length) return -EINVAL;
+  napi_valuetype type;
+  args->reader = NULL;
+  args->reader_length = 0;
+  if (napi_typeof(env, argv[2], &type) != napi_ok) return -EINVAL;
+  if (type != napi_null && type != napi_undefined) {
+    napi_typedarray_type kind;
+    void *data;
+    if (napi_get_typedarray_info(env, argv[2], &kind, &args->reader_length, &data, NULL, NULL) != napi_ok || kind != napi_int32_array || args->reader_length == 0) return -EINVAL;
+    args->reader = data;
+  }
+  return 0;
+}
+
+/** The permission bits (4 read, 2 write, 1 execute) the reader gets from the inode: owner, else group, else other. */
+static int reader_bits(const struct stat *st, const int32_t *reader, size_t length) {
+  if (reader == NULL) return 7;
+  if ((uint32_t)reader[0] == st->st_uid) return (st->st_mode >> 6) & 7;
+  for (size_t i = 1; i < length; i++)
+    if ((uint32_t)reader[i] == st->st_gid) return (st->st_mode >> 3) & 7;
+  return st->st_mode & 7;
+}
+
+static napi_value number(napi_env env, double value) {
+  napi_value result;
+  return napi_create_double(env, value, &result) == napi_ok ? result : NULL;
+}
+
+/** Opens `name` below `args->dirfd`, fstats it; -errno, or the descriptor when it is of `type` and gives the reader `bits`. */
+static int open_checked(const struct at_args *args, int flags, mode_t type, int bits, struct stat *st) {
+  int fd = openat(args->dirfd, args->name, flags | O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+  if (fd < 0) return -errno;
+  int error = 0;
+  if (fstat(fd, st) != 0) error = errno;
+  else if ((st->st_mode & S_IFMT) != type) error = type == S_IFDIR ? ENOTDIR : EINVAL;
+  else if ((reader_bits(st, args->reader, args->reader_length) & bits) != bits) error = EACCES;
+  if (error == 0) return fd;
+  close(fd);
+  return -error;
+}
+
+/**
+ * openDirAt(dirfd, name, reader): a child directory the reader may list
+ * (read and execute), opened; its descriptor, or -errno.
+ */
+napi_value open_dir_at(napi_env env, napi_callback_info info) {
+  size_t argc = 3;
+  napi_value argv[3];
+  struct at_args args;
+  if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok || argc != 3) return NULL;
+  int status = read_at_args(env, argv, &args);
+  if (status != 0) return number(env, status);
+  struct stat st;
+  return number(env, open_checked(&args, O_DIRECTORY, S_IFDIR, 5, &st));
+}
+
+/**
+ * openFileAt(dirfd, name, reader, buffer, maxBytes, out): a regular child
+ * file the reader may read, opened and read from its start into `buffer`
+ * (nothing when it is empty, or larger than maxBytes > 0). -errno, or 0 with
+ * out = [size, fd or -1 once closed, bytes read]: the descriptor stays open
+ * unless the buffer holds all of the file (an empty one is closed at once).
+ */
+napi_value open_file_at(napi_env env, napi_callback_info info) {
+  size_t argc = 6;
+  napi_value argv[6];
+  struct at_args args;
+  if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok || argc != 6) return NULL;
+  int status = read_at_args(env, argv, &args);
+  if (status != 0) return number(env, status);
+  void *buffer;
+  size_t capacity;
+  double max_bytes;
+  napi_typedarray_type kind;
+  size_t out_length;
+  void *out_data;
+  if (napi_get_buffer_info(env, argv[3], &buffer, &capacity) != napi_ok || napi_get_value_double(env, argv[4], &max_bytes) != napi_ok ||
+      napi_get_typedarray_info(env, argv[5], &kind, &out_length, &out_data, NULL, NULL) != napi_ok || kind != napi_float64_array || out_length < 3) {
+    return number(env, -EINVAL);
+  }
+  double *out = out_data;
+  struct stat st;
+  int fd = open_checked(&args, 0, S_IFREG, 4, &st);
+  if (fd < 0) return number(env, fd);
+  out[OUT_SIZE] = (double)st.st_size;
+  out[OUT_LENGTH] = 0;
+  // Empty (or /proc's and /sys's size-0 pseudo-files, some of which block a read) or over the limit: not read.
+  size_t want = st.st_size == 0 || (max_bytes > 0 && (double)st.st_size > max_bytes) ? 0 : (size_t)st.st_size < capacity ? (size_t)st.st_size : capacity;
+  size_t got = 0;
+  while (got < want) {
+    ssize_t n = pread(fd, (char *)buffer + got, want - got, (off_t)got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      int error = errno;
+      close(fd);
+      return number(env, -error);
+    }
+    if (n == 0) break;
+    got += (size_t)n;
+  }
+  out[OUT_LENGTH] = (double)got;
+  if (got >= (size_t)st.st_size) {
+    close(fd);
+    out[OUT_FD] = -1;
+  } else {
+    out[OUT_FD] = fd;
+  }
+  return number(env, 0);
+}
+
+/** The type letter of an entry: 'd' directory, 'f' regular file, 'o' anything else (symlinks included: never followed). */
+static char type_letter(int dirfd, const struct dirent *entry) {
+  unsigned char type = entry->d_type;
+  if (type == DT_UNKNOWN) {
+    // Some filesystems do not fill d_type: ask the inode, without following a symlink.
+    struct stat st;
+    if (fstatat(dirfd, entry->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0) return 'o';
+    type = S_ISDIR(st.st_mode) ? DT_DIR : S_ISREG(st.st_mode) ? DT_REG : DT_UNKNOWN;
+  }
+  return type == DT_DIR ? 'd' : type == DT_REG ? 'f' : 'o';
+}
+
+/**
+ * listDir(dirfd): the directory's entries as one string, each its type
+ * letter and its name, separated by '/' (which no name holds); "" when empty,
+ * -errno when it cannot be read. Names are decoded as UTF-8, invalid bytes
+ * as U+FFFD (the caller reads such a directory again by bytes).
+ */
+napi_value list_dir(napi_env env, napi_callback_info info) {
+  size_t argc = 1;
+  napi_value argv[1];
+  int dirfd;
+  if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok || argc != 1 || napi_get_value_int32(env, argv[0], &dirfd) != napi_ok) return NULL;
+  // fdopendir takes the descriptor it gets: a duplicate, so the caller's stays open.
+  int fd = fcntl(dirfd, F_DUPFD_CLOEXEC, 0);
+  if (fd < 0) return number(env, -errno);
+  DIR *dir = fdopendir(fd);
+  if (dir == NULL) {
+    int error = errno;
+    close(fd);
+    return number(env, -error);
+  }
+  rewinddir(dir);
+  size_t capacity = 4096;
+  size_t used = 0;
+  char *text = malloc(capacity);
+  int error = text == NULL ? ENOMEM : 0;
+  for (struct dirent *entry; error == 0;) {
+    errno = 0;
+    if ((entry = readdir(dir)) == NULL) {
+      error = errno;
+      break;
+    }
+    const char *name = entry->d_name;
+    if (name[0] == '.' && (name[1] == '\0' || (name[1] == '.' && name[2] == '\0'))) continue;
+    size_t length = strlen(name);
+    // The type letter, the name and a separator.
+    if (used + length + 2 > capacity) {
+      while (used + length + 2 > capacity) capacity *= 2;
+      char *grown = realloc(text, capacity);
+      if (grown == NULL) {
+        error = ENOMEM;
+        break;
+      }
+      text = grown;
+    }
+    if (used > 0) text[used++] = '/';
+    text[used++] = type_letter(dirfd, entry);
+    memcpy(text + used, name, length);
+    used += length;
+  }
+  closedir(dir);
+  napi_value result = NULL;
+  if (error != 0) result = number(env, -error);
+  else if (napi_create_string_utf8(env, text, used, &result) != napi_ok) result = NULL;
+  free(text);
+  return result;
+}

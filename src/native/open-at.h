@@ -1,0 +1,10 @@
+/* open-at.h — the addon's openFileAt, openDirAt and listDir (open-at.c). */
+#ifndef ENVD_OPEN_AT_H
+#define ENVD_OPEN_AT_H
+#include <node_api.h>
+
+napi_value open_file_at(napi_env env, napi_callback_info info);
+napi_value open_dir_at(napi_env env, napi_callback_info info);
+napi_value list_dir(napi_env env, napi_callback_info info);
+
+#endif
