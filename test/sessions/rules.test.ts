@@ -166,7 +166,9 @@ describe.each(SHELLS)('a session in %s', (shell) => {
     const { body } = await run(id, `sleep 300 ${tag}-amp & nohup sleep 301 ${tag}-nohup >/dev/null 2>&1 & setsid sleep 302 ${tag}-setsid >/dev/null 2>&1 & echo started`.replaceAll(/sleep (\d+) (\S+)/g, `${shell} -c 'sleep $1; :' $2`));
     expect(body).toMatchObject({ stdout: 'started\n', exit_code: 0 });
     await waitFor(() => findProcesses(`${tag}-setsid`).length === 1, 5_000, 'the setsid job');
-    expect(findProcesses(`${tag}-amp`)).toHaveLength(1);
+    // Waited for, not read once: each tagged shell forks its `sleep`, and until that child execs it
+    // is a copy carrying the tag (a second process for a moment, seen on a loaded machine).
+    await waitFor(() => findProcesses(`${tag}-amp`).length === 1 && findProcesses(`${tag}-nohup`).length === 1, 5_000, 'the & and nohup jobs, one process each');
     expect((await run(id, 'echo later')).body).toMatchObject({ stdout: 'later\n' });
     expect(findProcesses(`${tag}-amp`)).toHaveLength(1);
     expect((await end(id)).body).toEqual({ ended: true });
