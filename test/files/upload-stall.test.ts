@@ -28,7 +28,9 @@ describe.concurrent('an upload body that stops', () => {
 
   for (const kind of ['small, with a Content-Length', 'chunked'] as const) {
     it(`is answered 408 after UPLOAD_IDLE_MS (${UPLOAD_IDLE_MS / 1000} s) without a byte, leaving the target and no temporary file (${kind})`, async () => {
-      const target = join(dir, kind === 'chunked' ? 'chunked.txt' : 'small.txt');
+      // A directory each: the two run at once, and one's temporary file lives until its own 408.
+      const own = mkdtempSync(join(dir, `${kind === 'chunked' ? 'chunked' : 'small'}-`));
+      const target = join(own, kind === 'chunked' ? 'chunked.txt' : 'small.txt');
       writeFileSync(target, 'old\n');
       const headers: Record<string, string> = { authorization: `Bearer ${server.token}`, 'content-type': 'application/octet-stream' };
       if (kind !== 'chunked') headers['content-length'] = String(100_000);
@@ -51,7 +53,7 @@ describe.concurrent('an upload body that stops', () => {
       expect(waited).toBeGreaterThanOrEqual(UPLOAD_IDLE_MS - 100);
       expect(waited).toBeLessThan(UPLOAD_IDLE_MS + 15_000);
       expect(readFileSync(target, 'utf8')).toBe('old\n');
-      expect(readdirSync(dir).filter(isTempName)).toEqual([]);
+      expect(readdirSync(own).filter(isTempName)).toEqual([]);
     }, UPLOAD_IDLE_MS + 30_000);
   }
 });
