@@ -19,9 +19,10 @@ async function upload(envd, path, text) {
   if (reply.status !== 200) throw new Error(`upload of ${path} answered ${reply.status}: ${reply.body.slice(0, 200)}`);
 }
 
-async function runAsRoot(envd, cmd, extra = {}) {
-  const { status, body } = await send(envd, 'POST', '/commands', { body: { cmd, user: 'root', ...extra } });
-  if (status !== 200) throw new Error(`POST /commands (${cmd.slice(0, 80)}) answered ${status}: ${body.slice(0, 200)}`);
+/** Runs perl with `args` as root, as a program (`args`): no login shell, so no profile that may stall (root's runs pyenv here). */
+async function perlAsRoot(envd, args, extra = {}) {
+  const { status, body } = await send(envd, 'POST', '/commands', { body: { cmd: 'perl', args: args.map(String), user: 'root', ...extra } });
+  if (status !== 200) throw new Error(`POST /commands (perl ${args.join(' ').slice(0, 80)}) answered ${status}: ${body.slice(0, 200)}`);
   return JSON.parse(body);
 }
 
@@ -35,12 +36,12 @@ export async function startRemoteProbe(envd, { pid, stateDir, spoolDir, dir }) {
   const here = new URL('./', import.meta.url);
   for (const name of SCRIPTS) await upload(envd, `${dir}/${name}`, readFileSync(new URL(name, here), 'utf8'));
   const log = `${dir}/soak-memory.log`;
-  const { pid: samplerPid } = await runAsRoot(envd, `exec perl ${dir}/soak-guest-sampler.pl ${pid} ${log}`, { background: true });
+  const { pid: samplerPid } = await perlAsRoot(envd, [`${dir}/soak-guest-sampler.pl`, pid, log], { background: true });
   let offset = 0;
   return {
     samplerPid,
     async sample() {
-      const result = await runAsRoot(envd, `exec perl ${dir}/soak-guest-probe.pl ${pid} ${stateDir} ${spoolDir} ${log} ${offset}`);
+      const result = await perlAsRoot(envd, [`${dir}/soak-guest-probe.pl`, pid, stateDir, spoolDir, log, offset]);
       if (result.exit_code !== 0) throw new Error(`the guest probe exited ${result.exit_code}: ${result.stderr.slice(0, 300)}`);
       const figures = JSON.parse(result.stdout);
       offset = figures.offset;
