@@ -1,38 +1,24 @@
 // Issue 40 in the busybox + musl guest (envd-init as PID 1, busybox's ash the only shell):
 // sessions keep their state, keep their rules, and survive kill -9 of envd. One boot for all.
 import { randomBytes } from 'node:crypto';
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { readEvents, type SseEvent } from '../helpers/sse.js';
-import { createClient, run, waitForHealth, type EnvdClient } from './client.js';
+import { bootGuest, staticNetwork, type BootedGuest } from './boot.js';
+import { run, type EnvdClient } from './client.js';
 import { BUSYBOX_IMAGE_FILE } from './paths.js';
-import { createOverlay, startQemu, type QemuGuest } from './qemu.js';
 import { envdPid, waitForRestart } from './scenario.js';
 
-const BOOT_TIMEOUT_MS = 180_000;
-const NETWORK = 'ip=10.0.2.15::10.0.2.2:255.255.255.0:envd-busybox:eth0:off';
-
 describe('sessions in a qemu VM booted from the busybox + musl image', () => {
-  let dir: string;
-  let vm: QemuGuest | undefined;
+  let guest: BootedGuest | undefined;
   let client: EnvdClient;
-  const token = randomBytes(24).toString('hex');
 
   beforeAll(async () => {
-    dir = mkdtempSync(join(tmpdir(), 'envd-qemu-busybox-sessions-'));
-    createOverlay(BUSYBOX_IMAGE_FILE, join(dir, 'disk.qcow2'));
-    vm = await startQemu({ disk: join(dir, 'disk.qcow2'), dir, name: 'busybox-sessions', memoryMiB: 512, append: NETWORK });
-    await waitForHealth(vm.url, BOOT_TIMEOUT_MS, vm.alive);
-    client = createClient(vm.url);
-    client.token = token;
-    expect((await client.call('POST', '/init', { access_token: token, timestamp: new Date().toISOString() })).status).toBe(204);
+    guest = await bootGuest({ image: BUSYBOX_IMAGE_FILE, name: 'busybox-sessions', append: staticNetwork('envd-busybox') });
+    client = guest.client;
   });
 
   afterAll(async () => {
-    await vm?.stop();
-    rmSync(dir, { recursive: true, force: true });
+    await guest?.stop();
   });
 
   const create = async (body: Record<string, unknown> = {}) => {

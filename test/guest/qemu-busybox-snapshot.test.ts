@@ -2,16 +2,15 @@
 // cgroup, no systemd, no trust store): prepare freezes and /init thaws,
 // FIFREEZE of the root, a fork's identity and CA bundle, forks that differ.
 import { randomBytes } from 'node:crypto';
-import { copyFileSync, mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { copyFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { bootGuest, staticNetwork, type BootedGuest } from './boot.js';
 import { createClient, run, waitForHealth, type EnvdClient } from './client.js';
 import { BUSYBOX_IMAGE_FILE } from './paths.js';
-import { createOverlay, resumeIncoming, startQemu, type QemuGuest } from './qemu.js';
+import { resumeIncoming, startQemu, type QemuGuest } from './qemu.js';
 
-const BOOT_TIMEOUT_MS = 180_000;
-const NETWORK = 'ip=10.0.2.15::10.0.2.2:255.255.255.0:envd-busybox:eth0:off';
+const NETWORK = staticNetwork('envd-busybox');
 const asRoot = { user: 'root' };
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
@@ -29,25 +28,22 @@ kvYWOGT2WSWo
 -----END CERTIFICATE-----`;
 
 describe('snapshots prepared by envd on a busybox + musl image (envd-init as PID 1)', () => {
-  let dir: string;
+  let guest: BootedGuest | undefined;
+  /** The running VM: the first boot's, then each restored fork's. */
   let vm: QemuGuest | undefined;
+  let dir: string;
+  let token: string;
   let client: EnvdClient;
   let restores = 0;
-  const token = randomBytes(24).toString('hex');
 
   beforeAll(async () => {
-    dir = mkdtempSync(join(tmpdir(), 'envd-qemu-busybox-snapshot-'));
-    createOverlay(BUSYBOX_IMAGE_FILE, join(dir, 'disk.qcow2'));
-    vm = await startQemu({ disk: join(dir, 'disk.qcow2'), dir, name: 'busybox', memoryMiB: 512, append: NETWORK, balloon: true });
-    await waitForHealth(vm.url, BOOT_TIMEOUT_MS, vm.alive);
-    client = createClient(vm.url);
-    client.token = token;
-    expect((await client.call('POST', '/init', { access_token: token, timestamp: new Date().toISOString() })).status).toBe(204);
+    guest = await bootGuest({ image: BUSYBOX_IMAGE_FILE, name: 'busybox', append: NETWORK, balloon: true });
+    ({ vm, dir, token, client } = guest);
   });
 
   afterAll(async () => {
     await vm?.stop();
-    rmSync(dir, { recursive: true, force: true });
+    await guest?.stop();
   });
 
   // Read through the files API: a command would be refused (409) while the commands are frozen.

@@ -3,43 +3,39 @@
 // rootfs/image-to-template.mjs, so envd-init is its PID 1. The network comes
 // from the kernel command line's ip=, as Firecracker passes it.
 import { createHash, randomBytes } from 'node:crypto';
-import { mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { readFileSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { readEvents } from '../helpers/sse.js';
+import { bootGuest, staticNetwork, type BootedGuest } from './boot.js';
 import { createClient, run, waitForHealth, type EnvdClient } from './client.js';
 import { BUSYBOX_IMAGE_FILE } from './paths.js';
-import { createOverlay, resumeIncoming, startQemu, type QemuGuest } from './qemu.js';
+import { resumeIncoming, startQemu, type QemuGuest } from './qemu.js';
 import { checkRestartWitnesses, envdPid, expectWatchToSee, startRestartWitnesses, waitForRestart } from './scenario.js';
 
-const BOOT_TIMEOUT_MS = 180_000;
-const NETWORK = 'ip=10.0.2.15::10.0.2.2:255.255.255.0:envd-busybox:eth0:off';
+const NETWORK = staticNetwork('envd-busybox');
 const UPLOAD_BYTES = 100 * 1024 * 1024;
 
 describe('envd in a qemu VM booted from a busybox + musl image, envd-init as PID 1', () => {
-  let dir: string;
+  let guest: BootedGuest | undefined;
   let vm: QemuGuest | undefined;
   let restored: QemuGuest | undefined;
+  let dir: string;
+  let token: string;
   let client: EnvdClient;
-  const token = randomBytes(24).toString('hex');
 
   beforeAll(async () => {
-    dir = mkdtempSync(join(tmpdir(), 'envd-qemu-busybox-'));
-    createOverlay(BUSYBOX_IMAGE_FILE, join(dir, 'disk.qcow2'));
-    const started = Date.now();
-    vm = await startQemu({ disk: join(dir, 'disk.qcow2'), dir, name: 'busybox', memoryMiB: 512, append: NETWORK });
-    await waitForHealth(vm.url, BOOT_TIMEOUT_MS, vm.alive);
+    // /init is the first test's: it checks the answer.
+    guest = await bootGuest({ image: BUSYBOX_IMAGE_FILE, name: 'busybox', append: NETWORK, init: false });
+    ({ vm, dir, token, client } = guest);
     const files = statSync(BUSYBOX_IMAGE_FILE).blocks * 512;
-    console.log(`busybox: boot to first /health 200 in ${Date.now() - started} ms (TCG); image ${(files / 1048576).toFixed(0)} MiB allocated of ${(statSync(BUSYBOX_IMAGE_FILE).size / 1048576).toFixed(0)} MiB`);
-    client = createClient(vm.url);
+    console.log(`busybox: boot to first /health 200 in ${guest.bootMs} ms (TCG); image ${(files / 1048576).toFixed(0)} MiB allocated of ${(statSync(BUSYBOX_IMAGE_FILE).size / 1048576).toFixed(0)} MiB`);
     client.token = token;
   });
 
   afterAll(async () => {
-    await vm?.stop();
     await restored?.stop();
-    rmSync(dir, { recursive: true, force: true });
+    await guest?.stop();
   });
 
   it('has no glibc and no systemd; PID 1 is envd-init; envd idles small', async () => {

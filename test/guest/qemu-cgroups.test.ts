@@ -6,13 +6,11 @@
 // takes a user process, never envd; and after kill -9 of envd the limits and
 // reasons are still there. It also measures what a cgroup adds to a command.
 import { randomBytes } from 'node:crypto';
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { bootGuest, type BootedGuest } from './boot.js';
 import { createClient, run, waitForHealth, type EnvdClient } from './client.js';
 import { IMAGE_FILE } from './paths.js';
-import { createOverlay, startQemu, type QemuGuest } from './qemu.js';
+import type { QemuGuest } from './qemu.js';
 import { envdPid, waitForRestart } from './scenario.js';
 
 const BOOT_TIMEOUT_MS = 240_000;
@@ -21,10 +19,9 @@ const PROC_MODE_PORT = 49990;
 const MIB = 1024 * 1024;
 
 describe('cgroups per command in a qemu VM (systemd, cgroup v2)', () => {
-  let dir: string;
+  let guest: BootedGuest | undefined;
   let vm: QemuGuest | undefined;
   let client: EnvdClient;
-  const token = randomBytes(24).toString('hex');
   const metrics = async () => (await client.json('GET', '/metrics')).body;
   const start = async (body: Record<string, unknown>) => {
     const { status, body: answer } = await client.json('POST', '/commands', { background: true, ...body });
@@ -34,18 +31,12 @@ describe('cgroups per command in a qemu VM (systemd, cgroup v2)', () => {
   const wait = async (pid: number) => (await client.json('GET', `/commands/${pid}/wait`)).body;
 
   beforeAll(async () => {
-    dir = mkdtempSync(join(tmpdir(), 'envd-qemu-cgroups-'));
-    createOverlay(IMAGE_FILE, join(dir, 'disk.qcow2'));
-    vm = await startQemu({ disk: join(dir, 'disk.qcow2'), dir, name: 'cgroups', memoryMiB: 768, extraPorts: [PROC_MODE_PORT] });
-    await waitForHealth(vm.url, BOOT_TIMEOUT_MS, vm.alive);
-    client = createClient(vm.url);
-    client.token = token;
-    expect((await client.call('POST', '/init', { access_token: token, default_user: 'user', timestamp: new Date().toISOString() })).status).toBe(204);
+    guest = await bootGuest({ image: IMAGE_FILE, name: 'cgroups', memoryMiB: 768, extraPorts: [PROC_MODE_PORT], bootTimeoutMs: BOOT_TIMEOUT_MS, init: { default_user: 'user' } });
+    ({ vm, client } = guest);
   });
 
   afterAll(async () => {
-    await vm?.stop();
-    rmSync(dir, { recursive: true, force: true });
+    await guest?.stop();
   });
 
   it('runs in cgroup mode: envd in its unit, each command in its own cgroup with its limits', async () => {

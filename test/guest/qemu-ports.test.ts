@@ -2,40 +2,25 @@
 // only, and the host reaches it at the guest's address, through envd's loopback
 // forward; GET /ports and /ports/watch see it with the command that owns it.
 // The busybox + musl image: nothing but a kernel, busybox and /etc/passwd.
-import { randomBytes } from 'node:crypto';
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { readEvents } from '../helpers/sse.js';
-import { createClient, run, waitForHealth, type EnvdClient } from './client.js';
+import { bootGuest, staticNetwork, type BootedGuest } from './boot.js';
+import { run, type EnvdClient } from './client.js';
 import { BUSYBOX_IMAGE_FILE } from './paths.js';
-import { createOverlay, startQemu, type QemuGuest } from './qemu.js';
-
-const BOOT_TIMEOUT_MS = 180_000;
-const NETWORK = 'ip=10.0.2.15::10.0.2.2:255.255.255.0:envd-ports:eth0:off';
 const HTTPD_PORT = 8080;
 
 describe('ports and the loopback forward in a qemu VM (busybox + musl image)', () => {
-  let dir: string;
-  let vm: QemuGuest | undefined;
+  let guest: BootedGuest | undefined;
   let client: EnvdClient;
-  const token = randomBytes(24).toString('hex');
 
   beforeAll(async () => {
-    dir = mkdtempSync(join(tmpdir(), 'envd-qemu-ports-'));
-    createOverlay(BUSYBOX_IMAGE_FILE, join(dir, 'disk.qcow2'));
     // The host reaches the guest's own address (10.0.2.15) on 8080 through qemu's forward, as the traffic proxy would.
-    vm = await startQemu({ disk: join(dir, 'disk.qcow2'), dir, name: 'ports', memoryMiB: 512, append: NETWORK, extraPorts: [HTTPD_PORT] });
-    await waitForHealth(vm.url, BOOT_TIMEOUT_MS, vm.alive);
-    client = createClient(vm.url);
-    expect((await client.call('POST', '/init', { access_token: token })).status).toBe(204);
-    client.token = token;
+    guest = await bootGuest({ image: BUSYBOX_IMAGE_FILE, name: 'ports', append: staticNetwork('envd-ports'), extraPorts: [HTTPD_PORT] });
+    client = guest.client;
   });
 
   afterAll(async () => {
-    await vm?.stop();
-    rmSync(dir, { recursive: true, force: true });
+    await guest?.stop();
   });
 
   it('a command serving on 127.0.0.1:8080 is reached from the host at the guest address; /ports names the command; the watch saw it open', async () => {
@@ -59,7 +44,7 @@ describe('ports and the loopback forward in a qemu VM (busybox + musl image)', (
     abort.abort();
 
     // The forward listens within a poll of the listen; TCG makes everything slower, so wait for it.
-    const url = `${vm!.extraUrls[HTTPD_PORT]}/index.html`;
+    const url = `${guest!.vm.extraUrls[HTTPD_PORT]}/index.html`;
     let text = '';
     const deadline = Date.now() + 30_000;
     while (Date.now() < deadline) {

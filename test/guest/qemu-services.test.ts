@@ -6,18 +6,14 @@
 // httpd binds 0.0.0.0:8080 here: reaching a server bound to 127.0.0.1 from outside needs the loopback
 // forward (issue 39 §2, another branch); with it, this service can bind 127.0.0.1 as the issue says.
 import { execFileSync } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { randomBytes } from 'node:crypto';
-import { tmpdir } from 'node:os';
+import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createClient, run, waitForHealth, type EnvdClient } from './client.js';
+import { bootGuest, staticNetwork, type BootedGuest } from './boot.js';
+import { run, type EnvdClient } from './client.js';
 import { BUSYBOX_IMAGE_FILE } from './paths.js';
-import { createOverlay, startQemu, type QemuGuest } from './qemu.js';
 import { envdPid, waitForRestart } from './scenario.js';
 
-const BOOT_TIMEOUT_MS = 180_000;
-const NETWORK = 'ip=10.0.2.15::10.0.2.2:255.255.255.0:envd-services:eth0:off';
 const PAGE = 'hello from a template service\n';
 const HTTPD = { cmd: 'httpd', args: ['-f', '-p', '0.0.0.0:8080', '-h', '/srv/www'], user: 'root', restart: 'always', ready: { http: { url: 'http://127.0.0.1:8080/' } } };
 const AFTER = { cmd: 'sleep', args: ['100000'], depends_on: ['httpd'] };
@@ -52,12 +48,10 @@ function templateWithServices(dir: string): string {
 }
 
 describe('a template service in a qemu VM (busybox + musl, envd-init)', () => {
-  let dir: string;
-  let vm: QemuGuest | undefined;
+  let guest: BootedGuest | undefined;
   let client: EnvdClient;
   let site: string;
   let bootedAt = 0;
-  const token = randomBytes(24).toString('hex');
   const service = async (name: string) => (await client.json('GET', `/services/${name}`)).body;
   const until = async (name: string, check: (record: any) => boolean, what: string, timeoutMs = 60_000) => {
     const deadline = Date.now() + timeoutMs;
@@ -72,23 +66,15 @@ describe('a template service in a qemu VM (busybox + musl, envd-init)', () => {
   };
 
   beforeAll(async () => {
-    dir = mkdtempSync(join(tmpdir(), 'envd-qemu-services-'));
-    createOverlay(templateWithServices(dir), join(dir, 'disk.qcow2'));
-    bootedAt = Date.now();
-    vm = await startQemu({ disk: join(dir, 'disk.qcow2'), dir, name: 'services', memoryMiB: 512, append: NETWORK, extraPorts: [8080] });
-    await waitForHealth(vm.url, BOOT_TIMEOUT_MS, vm.alive).catch((error: Error) => {
-      const tail = (file: string) => readFileSync(join(dir, file), 'utf8').slice(-2000);
-      throw new Error(`${error.message}\nqemu: ${tail('services.qemu.log')}\nconsole: ${tail('services.console.log')}`);
-    });
-    client = createClient(vm.url);
-    expect((await client.call('POST', '/init', { access_token: token, timestamp: new Date().toISOString() })).status).toBe(204);
-    client.token = token;
-    site = vm.extraUrls[8080]!;
+    guest = await bootGuest({ image: templateWithServices, name: 'services', append: staticNetwork('envd-services'), extraPorts: [8080] });
+    // When qemu started: the boot includes everything the services do before envd's first /health.
+    bootedAt = Date.now() - guest.bootMs;
+    client = guest.client;
+    site = guest.vm.extraUrls[8080]!;
   });
 
   afterAll(async () => {
-    await vm?.stop();
-    rmSync(dir, { recursive: true, force: true });
+    await guest?.stop();
   });
 
   it('starts the declared services at boot in dependency order; the server answers the host at the guest\'s address', async () => {

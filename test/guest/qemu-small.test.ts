@@ -1,11 +1,8 @@
-import { randomBytes } from 'node:crypto';
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createClient, run, waitForHealth, type EnvdClient } from './client.js';
+import { bootGuest, type BootedGuest } from './boot.js';
+import { run, waitForHealth, type EnvdClient } from './client.js';
 import { IMAGE_FILE } from './paths.js';
-import { createOverlay, startQemu, type QemuGuest } from './qemu.js';
+import type { QemuGuest } from './qemu.js';
 
 // envd in the smallest sandbox it is meant for: a 512 MiB VM where a user process takes
 // 300 MiB while eight verbose background commands print and nobody reads them.
@@ -16,23 +13,17 @@ const VERBOSE_BYTES = 100_000_000;
 const BUDGET = 64 * MIB;
 
 describe('envd in a 512 MiB qemu VM under output storms', () => {
-  let dir: string;
+  let guest: BootedGuest | undefined;
   let vm: QemuGuest | undefined;
   let client: EnvdClient;
 
   beforeAll(async () => {
-    dir = mkdtempSync(join(tmpdir(), 'envd-qemu-small-'));
-    createOverlay(IMAGE_FILE, join(dir, 'disk.qcow2'));
-    vm = await startQemu({ disk: join(dir, 'disk.qcow2'), dir, name: 'small', memoryMiB: 512 });
-    await waitForHealth(vm.url, BOOT_TIMEOUT_MS, vm.alive);
-    client = createClient(vm.url);
-    client.token = randomBytes(24).toString('hex');
-    expect((await client.call('POST', '/init', { access_token: client.token, default_user: 'user', timestamp: new Date().toISOString() })).status).toBe(204);
+    guest = await bootGuest({ image: IMAGE_FILE, name: 'small', bootTimeoutMs: BOOT_TIMEOUT_MS, init: { default_user: 'user' } });
+    ({ vm, client } = guest);
   });
 
   afterAll(async () => {
-    await vm?.stop();
-    rmSync(dir, { recursive: true, force: true });
+    await guest?.stop();
   });
 
   it('keeps the user process alive and its own RSS within budget, and wait still returns the output', async () => {

@@ -83,6 +83,7 @@ export async function startQemu(options: QemuOptions): Promise<QemuGuest> {
   const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
   const alive = () => child.exitCode === null && child.signalCode === null;
   const qmp = await connectQmp(qmpSocket);
+  let stopped: Promise<void> | undefined;
 
   return {
     url: `http://127.0.0.1:${port}`,
@@ -100,19 +101,23 @@ export async function startQemu(options: QemuOptions): Promise<QemuGuest> {
         await new Promise((r) => setTimeout(r, 50));
       }
     },
-    async stop() {
-      if (alive()) {
-        try {
-          await Promise.race([qmp.execute('quit'), new Promise((r) => setTimeout(r, 2_000))]);
-        } catch {
-          // the socket closes as qemu quits
+    stop() {
+      // Once: a test that swaps VMs may stop one that its boot's cleanup stops again.
+      stopped ??= (async () => {
+        if (alive()) {
+          try {
+            await Promise.race([qmp.execute('quit'), new Promise((r) => setTimeout(r, 2_000))]);
+          } catch {
+            // the socket closes as qemu quits
+          }
         }
-      }
-      qmp.close();
-      await Promise.race([exited, new Promise((r) => setTimeout(r, 5_000))]);
-      if (alive()) child.kill('SIGKILL');
-      await exited;
-      log.end();
+        qmp.close();
+        await Promise.race([exited, new Promise((r) => setTimeout(r, 5_000))]);
+        if (alive()) child.kill('SIGKILL');
+        await exited;
+        log.end();
+      })();
+      return stopped;
     },
   };
 }

@@ -1,29 +1,23 @@
 // Issue 28: the typed client and the CLI through nginx with a path prefix, as the control plane forwards.
 import { spawn } from 'node:child_process';
-import { randomBytes } from 'node:crypto';
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { EnvdClient, EnvdError } from '../../src/client/index.js';
-import { startEnvdProcess, type EnvdProcess } from '../helpers/proc.js';
-import { startNginx, type Nginx } from './nginx.js';
+import { startProxiedEnvd, type ProxiedEnvd } from './fixture.js';
+import type { Nginx } from './nginx.js';
 
-const SANDBOX = `sbx-${randomBytes(4).toString('hex')}`;
-const token = randomBytes(16).toString('hex');
-let envd: EnvdProcess;
+let proxied: ProxiedEnvd | undefined;
 let nginx: Nginx;
 let dir: string;
+let token: string;
 
 beforeAll(async () => {
-  dir = mkdtempSync(join(tmpdir(), 'envd-proxy-client-'));
-  envd = await startEnvdProcess([], { ENVD_ACCESS_TOKEN: token });
-  nginx = await startNginx(envd.url, SANDBOX);
+  // As root: the client and the CLI as a developer points them at a sandbox; none of these commands is killed while it starts.
+  proxied = await startProxiedEnvd('proxy-client', { plainUser: false });
+  ({ nginx, dir, token } = proxied);
 });
 afterAll(async () => {
-  await nginx?.stop();
-  await envd?.stop();
-  if (dir) rmSync(dir, { recursive: true, force: true });
+  await proxied?.stop();
 });
 
 it('the client runs, streams with resume, and reads files through the prefix', async () => {

@@ -1,13 +1,8 @@
 // Issue 30: the output-integrity property through nginx configured as the
 // control plane forwards (nginx.ts): every path delivers exactly the decoded
 // bytes, with envd as its own process (direct output on, as deployed).
-import { randomBytes } from 'node:crypto';
-import { chownSync, mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, it } from 'vitest';
-import { commandUser } from '../helpers/command-user.js';
 import {
   checkAttachAndWait,
   checkForeground,
@@ -19,45 +14,24 @@ import {
   writerCommand,
   type EnvdClient,
 } from '../helpers/output-integrity.js';
-import { startEnvdProcess, type EnvdProcess } from '../helpers/proc.js';
-import { startNginx, type Nginx } from './nginx.js';
+import { startProxiedEnvd, type ProxiedEnvd } from './fixture.js';
 
-const SANDBOX = `sbx-${randomBytes(4).toString('hex')}`;
-const token = randomBytes(16).toString('hex');
 const RUNS = 4;
 
-let envd: EnvdProcess;
-let nginx: Nginx;
 let dir: string;
-let removeUser = () => {};
+let proxied: ProxiedEnvd | undefined;
 
 beforeAll(async () => {
-  const made = await commandUser();
-  removeUser = made.remove;
-  dir = mkdtempSync(join(tmpdir(), 'envd-proxy-integrity-'));
-  chownSync(dir, made.user.uid, made.user.gid);
-  envd = await startEnvdProcess(['--default-user', made.user.name], { ENVD_ACCESS_TOKEN: token });
-  nginx = await startNginx(envd.url, SANDBOX);
+  proxied = await startProxiedEnvd('proxy-integrity');
+  ({ dir } = proxied);
 });
 afterAll(async () => {
-  await nginx?.stop();
-  await envd?.stop();
-  removeUser();
-  if (dir) rmSync(dir, { recursive: true, force: true });
+  await proxied?.stop();
 });
 
 const client: EnvdClient = {
-  call(method, path, body, init = {}) {
-    const headers = new Headers(init.headers);
-    headers.set('authorization', `Bearer ${token}`);
-    if (body !== undefined) headers.set('content-type', 'application/json');
-    return fetch(nginx.url + path, { ...init, method, headers, body: body === undefined ? init.body : JSON.stringify(body) });
-  },
-  async json(method, path, body) {
-    const response = await client.call(method, path, body);
-    const text = await response.text();
-    return { status: response.status, body: text ? JSON.parse(text) : undefined };
-  },
+  call: (method, path, body, init) => proxied!.call(method, path, body, init),
+  json: (method, path, body) => proxied!.json(method, path, body),
 };
 
 describe('output integrity through the proxy', () => {

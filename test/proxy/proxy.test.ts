@@ -1,21 +1,18 @@
 import { createHash, randomBytes } from 'node:crypto';
-import { chownSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, readlinkSync, rmSync, truncateSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readdirSync, readFileSync, readlinkSync, truncateSync, writeFileSync } from 'node:fs';
 import { Agent, request } from 'node:http';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { JSON_BODY_LIMIT } from '../../src/app.js';
 import { isTempName } from '../../src/files/atomic-write.js';
-import { commandUser } from '../helpers/command-user.js';
 import { jsonHead, postJsonOverLimit, putChunkedOverLimit, putDeclaredOverLimit, sendWholeThenRead } from '../helpers/oversized.js';
-import { findProcesses, findReceivers, rssBytes, startEnvdProcess, waitFor, type EnvdProcess } from '../helpers/proc.js';
+import { findProcesses, findReceivers, rssBytes, waitFor, type EnvdProcess } from '../helpers/proc.js';
 import { readEvents, type SseEvent } from '../helpers/sse.js';
-import { startNginx, type Nginx } from './nginx.js';
+import { startProxiedEnvd, type ProxiedEnvd } from './fixture.js';
+import type { Nginx } from './nginx.js';
 
 // envd behind nginx configured as the control plane forwards (see nginx.ts):
 // every request below goes to http://127.0.0.1:<nginx>/sandboxes/<id>/...
-const SANDBOX = `sbx-${randomBytes(4).toString('hex')}`;
-const token = randomBytes(16).toString('hex');
 /**
  * envd's RSS may grow at most this much over its idle RSS while 200 MiB go up
  * and down through the proxy: the contract's budget. Measured: upload +3-5 MiB,
@@ -26,43 +23,27 @@ const TRANSFER_RSS_BUDGET = 64 * 1024 * 1024;
 let envd: EnvdProcess;
 let nginx: Nginx;
 let dir: string;
-let removeUser = () => {};
+let proxied: ProxiedEnvd | undefined;
+let token: string;
 const markers: string[] = [];
 
 beforeAll(async () => {
-  // Commands run as a plain user: root's login shell is slow here.
-  const made = await commandUser();
-  removeUser = made.remove;
-  dir = mkdtempSync(join(tmpdir(), 'envd-proxy-'));
-  chownSync(dir, made.user.uid, made.user.gid);
-  envd = await startEnvdProcess(['--default-user', made.user.name, '--default-workdir', dir], { ENVD_ACCESS_TOKEN: token });
-  nginx = await startNginx(envd.url, SANDBOX);
+  proxied = await startProxiedEnvd('proxy', { workdir: true });
+  ({ envd, nginx, dir, token } = proxied);
 });
 afterEach(() => {
   for (const marker of markers.splice(0)) for (const pid of findProcesses(marker)) process.kill(pid, 'SIGKILL');
 });
 afterAll(async () => {
-  await nginx?.stop();
-  await envd?.stop();
-  removeUser();
-  if (dir) rmSync(dir, { recursive: true, force: true });
+  await proxied?.stop();
 });
 
 function call(method: string, path: string, body?: unknown, init: RequestInit = {}): Promise<Response> {
-  const headers = new Headers(init.headers);
-  headers.set('authorization', `Bearer ${token}`);
-  let payload = init.body;
-  if (body !== undefined) {
-    headers.set('content-type', 'application/json');
-    payload = JSON.stringify(body);
-  }
-  return fetch(nginx.url + path, { ...init, method, headers, body: payload, duplex: 'half' } as RequestInit);
+  return proxied!.call(method, path, body, init);
 }
 
-async function json(method: string, path: string, body?: unknown): Promise<{ status: number; body: any }> {
-  const response = await call(method, path, body);
-  const text = await response.text();
-  return { status: response.status, body: text ? JSON.parse(text) : undefined };
+function json(method: string, path: string, body?: unknown): Promise<{ status: number; body: any }> {
+  return proxied!.json(method, path, body);
 }
 
 async function readUntil(events: AsyncGenerator<SseEvent>, until: (event: SseEvent) => boolean): Promise<SseEvent[]> {

@@ -2,49 +2,36 @@
 // carries, its stream is live, a client that leaves mid-stream leaves the session usable, and
 // every refusal (409 busy, 410 ended) arrives as JSON.
 import { randomBytes } from 'node:crypto';
-import { chownSync, existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { existsSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { commandUser } from '../helpers/command-user.js';
-import { findProcesses, startEnvdProcess, waitFor, type EnvdProcess } from '../helpers/proc.js';
+import { findProcesses, waitFor, type EnvdProcess } from '../helpers/proc.js';
 import { readEvents, type SseEvent } from '../helpers/sse.js';
-import { startNginx, type Nginx } from './nginx.js';
+import { startProxiedEnvd, type ProxiedEnvd } from './fixture.js';
+import type { Nginx } from './nginx.js';
 
-const SANDBOX = `sbx-${randomBytes(4).toString('hex')}`;
-const token = randomBytes(16).toString('hex');
 /** Long enough for a loaded 2-core machine, short enough that a buffering proxy fails the test instead of hanging it. */
 const EVENT_DEADLINE_MS = 20_000;
 
 let envd: EnvdProcess;
 let nginx: Nginx;
 let dir: string;
-let removeUser = () => {};
+let proxied: ProxiedEnvd | undefined;
 const markers: string[] = [];
 
 beforeAll(async () => {
-  // Sessions run as a plain user: root's login shell is slow here.
-  const made = await commandUser();
-  removeUser = made.remove;
-  dir = mkdtempSync(join(tmpdir(), 'envd-proxy-sessions-'));
-  chownSync(dir, made.user.uid, made.user.gid);
-  envd = await startEnvdProcess(['--default-user', made.user.name, '--default-workdir', dir], { ENVD_ACCESS_TOKEN: token });
-  nginx = await startNginx(envd.url, SANDBOX);
+  proxied = await startProxiedEnvd('proxy-sessions', { workdir: true });
+  ({ envd, nginx, dir } = proxied);
 });
 afterEach(() => {
   for (const marker of markers.splice(0)) for (const pid of findProcesses(marker)) process.kill(pid, 'SIGKILL');
 });
 afterAll(async () => {
-  await nginx?.stop();
-  await envd?.stop();
-  removeUser();
-  if (dir) rmSync(dir, { recursive: true, force: true });
+  await proxied?.stop();
 });
 
 function call(method: string, path: string, body?: unknown, signal?: AbortSignal): Promise<Response> {
-  const headers: Record<string, string> = { authorization: `Bearer ${token}` };
-  if (body !== undefined) headers['content-type'] = 'application/json';
-  return fetch(nginx.url + path, { method, headers, body: body === undefined ? undefined : JSON.stringify(body), signal });
+  return proxied!.call(method, path, body, { signal });
 }
 
 /** A JSON answer; fails if what came back through the proxy is not JSON (an nginx error page, say). */
