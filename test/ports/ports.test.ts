@@ -164,22 +164,23 @@ describe('GET /ports/watch', () => {
     expect((ready.data as any).ports.some((p: any) => p.port === before.port && p.pid === before.child.pid)).toBe(true);
     expect(envd.app.envd.ports.table.polling).toBe(true);
 
-    const until = async (event: string, port: number) => {
+    // The listener's own event: other processes on this machine may use the same port number elsewhere.
+    const until = async (event: string, port: number, pid: number) => {
       for (;;) {
         const got = await next();
-        if (got.event === event && (got.data as any).port === port) return { data: got.data as any, at: performance.now() };
+        if (got.event === event && (got.data as any).port === port && (got.data as any).pid === pid) return { data: got.data as any, at: performance.now() };
       }
     };
     const listenedAt = performance.now();
     const udp = await listen('udp', '::1');
-    const opened = await until('open', udp.port);
+    const opened = await until('open', udp.port, udp.child.pid!);
     expect(opened.data).toMatchObject({ protocol: 'udp', address: '::1', pid: udp.child.pid });
     // The process start is inside this figure; a poll waits at most MAX_POLL_INTERVAL_MS (on a big
     // host, where /proc/net is slow: 40 ms in a small guest). Generous: a loaded CI machine makes it.
     expect(opened.at - listenedAt).toBeLessThan(MAX_POLL_INTERVAL_MS + 3_000);
     const killedAt = performance.now();
     kill(udp.child.pid!);
-    const closed = await until('close', udp.port);
+    const closed = await until('close', udp.port, udp.child.pid!);
     expect(closed.data).toMatchObject({ protocol: 'udp', address: '::1', pid: udp.child.pid });
     expect(closed.at - killedAt).toBeLessThan(MAX_POLL_INTERVAL_MS + 2_000);
     abort.abort();

@@ -10,7 +10,8 @@ import { waitFor } from '../helpers/proc.js';
 /** The second loopback address the forward listens on here (the guest's own address in a VM). */
 const FORWARD = '127.0.0.2';
 const LIMIT = 3;
-const IDLE_MS = 400;
+/** Long enough that a loaded machine keeps LIMIT flows open while the test opens them one after another. */
+const IDLE_MS = 1_000;
 
 const lines: string[] = [];
 const log = createLogger('info', new Writable({ write: (chunk, _encoding, done) => (lines.push(String(chunk)), done()) }));
@@ -42,11 +43,15 @@ async function echoServer(address: string): Promise<{ port: number; peers: Set<n
   return { port: socket.address().port, peers, socket };
 }
 
-/** Sends `text` to host:port from `client` and waits up to `ms` for an answer: its text, or undefined. */
+/**
+ * Sends `text` to host:port from `client` and waits up to `ms` for its answer: its text, or undefined.
+ * Only the echo of this `text` counts: on a loaded machine the answer to an earlier probe can arrive late.
+ */
 function ask(client: Socket, host: string, port: number, text: string, ms = 300): Promise<string | undefined> {
   return new Promise((resolve) => {
     const timer = setTimeout(() => (client.off('message', onMessage), resolve(undefined)), ms);
     const onMessage = (answer: Buffer) => {
+      if (!String(answer).startsWith(`${text} from `)) return;
       clearTimeout(timer);
       client.off('message', onMessage);
       resolve(String(answer));
