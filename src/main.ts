@@ -95,7 +95,7 @@ async function main(): Promise<void> {
     logger.fatal({ err: error }, 'cannot listen');
     process.exit(1);
   }
-  startMemoryReclaim(mallocTrimmer(config.stateDir, logger), () => app.envd.processes.startsInFlight);
+  startMemoryReclaim(mallocTrimmer(config.stateDir, logger));
   useFileBatches(fileBatchCalls(config.stateDir, logger));
   paceCollectorForTransfers();
   if (process.env.ENVD_LATENCY_PROBE) (await import('./latency-probe.js')).startLatencyProbe();

@@ -56,30 +56,6 @@ const EXTERNAL_TICK_MS = 250;
  */
 const EXTERNAL_GROWTH_BYTES = 16 * 1024 * 1024;
 
-/**
- * How long a collection that is due may wait for a gap: a moment when no
- * command is starting. A forced full collection stops envd's thread for
- * 15-25 ms (2-3 a second under issue 36's stress load), and a command start
- * that met one waited that much longer (issues 36, 45). A start takes a few
- * ms to a few tens, so a gap comes soon; under a stream of starts that never
- * leaves one, the collection runs after this long anyway: memory stays bounded.
- */
-export const GAP_WAIT_MAX_MS = 200;
-/** How often a waiting collection looks for its gap. */
-const GAP_POLL_MS = 5;
-
-/** Whether a due collection runs now: at once in a gap, else once it has waited GAP_WAIT_MAX_MS. */
-export class GapWait {
-  private dueSince: number | undefined;
-
-  runNow(now: number, starting: boolean): boolean {
-    this.dueSince ??= now;
-    if (starting && now - this.dueSince < GAP_WAIT_MAX_MS) return false;
-    this.dueSince = undefined;
-    return true;
-  }
-}
-
 /** The decision for buffers: collect when they grew EXTERNAL_GROWTH_BYTES above their floor since the last collection. */
 export class ExternalPolicy {
   private floor = Infinity;
@@ -163,23 +139,10 @@ export function loadGc(): Gc {
  * file buffers, its helper threads' work) is free memory inside glibc's arenas, which free() returns only
  * from an arena's top (src/native/malloc-trim.ts).
  */
-export function startMemoryReclaim(trimMalloc: () => void = () => {}, starting: () => boolean = () => false): () => void {
+export function startMemoryReclaim(trimMalloc: () => void = () => {}): () => void {
   const policy = new ReclaimPolicy();
   let gc: Gc | undefined;
   let loop = performance.eventLoopUtilization();
-  // One collection waits for a gap at a time; a second one due meanwhile is the same collection.
-  const gap = new GapWait();
-  let waiting: NodeJS.Timeout | undefined;
-  const inGap = (collect: () => void): void => {
-    if (waiting) return;
-    const attempt = () => {
-      waiting = undefined;
-      if (gap.runNow(performance.now(), starting())) return collect();
-      waiting = setTimeout(attempt, GAP_POLL_MS);
-      waiting.unref();
-    };
-    attempt();
-  };
   const timer = setInterval(() => {
     const before = rssOrUndefined();
     // Out of descriptors (reading RSS opens /proc/self/stat): this tick is skipped, never a crash.
@@ -189,13 +152,11 @@ export function startMemoryReclaim(trimMalloc: () => void = () => {}, starting: 
     loop = loopNow;
     const kind = policy.shouldCollect({ rss: before, now: Date.now(), busy });
     if (!kind) return;
-    inGap(() => {
-      gc ??= loadGc();
-      // 'last-resort' is V8's name for the collection it runs before giving up on an allocation: memory-reducing.
-      gc({ type: 'major', execution: 'sync', flavor: kind === 'after-load' ? 'last-resort' : 'regular' });
-      if (kind === 'after-load') trimMalloc();
-      policy.collected({ kind, before, after: rssOrUndefined() ?? before, now: Date.now() });
-    });
+    gc ??= loadGc();
+    // 'last-resort' is V8's name for the collection it runs before giving up on an allocation: memory-reducing.
+    gc({ type: 'major', execution: 'sync', flavor: kind === 'after-load' ? 'last-resort' : 'regular' });
+    if (kind === 'after-load') trimMalloc();
+    policy.collected({ kind, before, after: rssOrUndefined() ?? before, now: Date.now() });
   }, TICK_MS);
   timer.unref();
   // Buffers die faster than RSS ticks see them: a 12 MiB archive leaves its pieces within a second.
@@ -203,16 +164,13 @@ export function startMemoryReclaim(trimMalloc: () => void = () => {}, starting: 
   const bufferTimer = setInterval(() => {
     // V8's own figure, read without a system call: process.memoryUsage() opens /proc and threw EMFILE out of this timer.
     if (!external.shouldCollect(getHeapStatistics().external_memory)) return;
-    inGap(() => {
-      gc ??= loadGc();
-      gc({ type: 'major', execution: 'sync', flavor: 'regular' });
-      external.collected(getHeapStatistics().external_memory);
-    });
+    gc ??= loadGc();
+    gc({ type: 'major', execution: 'sync', flavor: 'regular' });
+    external.collected(getHeapStatistics().external_memory);
   }, EXTERNAL_TICK_MS);
   bufferTimer.unref();
   return () => {
     clearInterval(timer);
     clearInterval(bufferTimer);
-    clearTimeout(waiting);
   };
 }

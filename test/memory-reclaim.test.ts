@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { ExternalPolicy, GAP_WAIT_MAX_MS, GapWait, ReclaimPolicy } from '../src/memory-reclaim.js';
+import { ExternalPolicy, ReclaimPolicy } from '../src/memory-reclaim.js';
 
 const MIB = 1024 * 1024;
 
@@ -97,28 +97,5 @@ describe('ExternalPolicy', () => {
     policy.collected(10 * MIB); // live buffers stay: growth is counted from what the collection left
     expect(policy.shouldCollect(25 * MIB)).toBe(false);
     expect(policy.shouldCollect(26 * MIB)).toBe(true);
-  });
-});
-
-describe('GapWait', () => {
-  it('runs a due collection at once when no command is starting', () => {
-    expect(new GapWait().runNow(1_000, false)).toBe(true);
-  });
-
-  it('holds it while commands start, runs it in the first gap, and waits afresh for the next one', () => {
-    const gap = new GapWait();
-    expect(gap.runNow(1_000, true)).toBe(false);
-    expect(gap.runNow(1_050, true)).toBe(false);
-    expect(gap.runNow(1_060, false)).toBe(true);
-    // The next collection due counts its own wait from when it is first asked about.
-    expect(gap.runNow(5_000, true)).toBe(false);
-    expect(gap.runNow(5_000 + GAP_WAIT_MAX_MS - 1, true)).toBe(false);
-  });
-
-  it('runs it anyway once it waited GAP_WAIT_MAX_MS, however many commands keep starting', () => {
-    const gap = new GapWait();
-    expect(gap.runNow(1_000, true)).toBe(false);
-    expect(gap.runNow(1_000 + GAP_WAIT_MAX_MS, true)).toBe(true);
-    expect(gap.runNow(2_000, true)).toBe(false);
   });
 });

@@ -186,11 +186,6 @@ export class ProcessRegistry {
     return proc;
   }
 
-  /** Whether a command is being started now (its holder not yet linked): memory-reclaim.ts collects in the gaps. */
-  get startsInFlight(): boolean {
-    return this.starting.size > 0;
-  }
-
   /** A tracked command; not one already collected and about to be forgotten (its last answer still going out). */
   get(pid: number): TrackedProcess | undefined {
     const proc = this.byPid.get(pid);
