@@ -1,4 +1,5 @@
 import { AsyncLocalStorage } from 'node:async_hooks';
+import { createWriteStream } from 'node:fs';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { performance } from 'node:perf_hooks';
 
@@ -17,6 +18,9 @@ import { performance } from 'node:perf_hooks';
  * mark is one undefined check.
  */
 const storage = process.env.ENVD_START_TRACE ? new AsyncLocalStorage<[string, number][]>() : undefined;
+/** An absolute path instead of 1: the lines are appended to that file (a bench that keeps only the end of envd's stderr). */
+const traceFile = process.env.ENVD_START_TRACE?.startsWith('/') ? createWriteStream(process.env.ENVD_START_TRACE, { flags: 'a' }) : undefined;
+const writeLine = (line: string) => (traceFile ?? process.stderr).write(`${line}\n`);
 const received = new WeakMap<IncomingMessage, number>();
 
 /** True when start tracing is on (the app adds its onRequest hook then). */
@@ -28,7 +32,7 @@ export function noteReceived(request: IncomingMessage): void {
 }
 
 /** Starts the marks of one command's request; its line is written once the answer is. */
-export function traceCommandStart(request: IncomingMessage, response: ServerResponse, write: (line: string) => void = (line) => process.stderr.write(`${line}\n`)): void {
+export function traceCommandStart(request: IncomingMessage, response: ServerResponse, write: (line: string) => void = writeLine): void {
   if (!storage) return;
   const marks: [string, number][] = [['received', received.get(request) ?? performance.now()], ['handler', performance.now()]];
   storage.enterWith(marks);
