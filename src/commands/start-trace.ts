@@ -11,7 +11,10 @@ import { performance } from 'node:perf_hooks';
  * spawner and holder (fork, pipes, the shell's fork, the pid file), the shell
  * itself, and the answer.
  *
- *   start-trace total 23.4 received>handler 0.2 handler>prepared 0.4 ... finish 0.3
+ *   start-trace at 35290123.456 total 23.4 received>handler 0.2 handler>prepared 0.4 ... result-read>finish 0.3
+ *
+ * `at` is the request's arrival on the monotonic clock (CLOCK_MONOTONIC, ms), to line a
+ * line up with other traces: a holder's or the kernel's.
  *
  * The steps are marked where they happen (markStart), found through the
  * request's async context; with the variable unset nothing is stored and a
@@ -47,8 +50,10 @@ export function markStart(step: string): void {
   storage?.getStore()?.push([step, performance.now()]);
 }
 
+/** The line for one request's marks (performance.now() times, the first the arrival). */
 export function formatMarks(marks: [string, number][]): string {
   const steps = marks.slice(1).map(([step, at], i) => `${marks[i]![0]}>${step} ${(at - marks[i]![1]).toFixed(1)}`);
+  // performance.now() counts from the process's start; hrtime is the monotonic clock itself.
   const offset = Number(process.hrtime.bigint()) / 1e6 - performance.now();
   return `start-trace at ${(marks[0]![1] + offset).toFixed(3)} total ${(marks.at(-1)![1] - marks[0]![1]).toFixed(1)} ${steps.join(' ')}`;
 }
