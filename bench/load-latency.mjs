@@ -122,7 +122,7 @@ async function oneRun() {
     seconds,
     healthP50: ms(percentile(latencies.health, 0.5)), healthP99: ms(percentile(latencies.health, 0.99)), healthN: latencies.health.length,
     healthFromLoadGeneratorP50: ms(percentile(fromLoad, 0.5)), healthFromLoadGeneratorP99: ms(percentile(fromLoad, 0.99)),
-    commandP50: ms(percentile(latencies.command, 0.5)), commandP99: ms(percentile(latencies.command, 0.99)), commandN: latencies.command.length,
+    commandP50: ms(percentile(latencies.command, 0.5)), commandP95: ms(percentile(latencies.command, 0.95)), commandP99: ms(percentile(latencies.command, 0.99)), commandN: latencies.command.length,
     bareShellP50: ms(percentile(latencies.bare, 0.5)), bareShellP99: ms(percentile(latencies.bare, 0.99)),
     bareHealthP50: ms(percentile(latencies.bareHealth, 0.5)), bareHealthP99: ms(percentile(latencies.bareHealth, 0.99)),
     idleRssMiB: ms(idleRss / 2 ** 20), peakRssMiB: ms(peak / 2 ** 20), idleAnonMiB: ms(idleAnon / 2 ** 20), peakAnonMiB: ms(peakAnon / 2 ** 20),

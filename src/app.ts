@@ -32,6 +32,7 @@ import { buildLazySerializers } from './serialization.js';
 import { runningUserName } from './users.js';
 import { formatValidationError, validatorCompiler } from './validation.js';
 import { checkNodeInternals } from './node-internals.js';
+import { noteReceived, startTraceEnabled } from './commands/start-trace.js';
 
 /** JSON request bodies above this are refused with 413 before they are parsed. */
 export const JSON_BODY_LIMIT = 10 * 1024 * 1024;
@@ -114,6 +115,8 @@ export async function buildApp({ config, logger, state = new SandboxState(config
   const ports = openPorts(config, processes, logger.child({ feature: 'ports' }), (_pid, commandPid) => (commandPid === null ? null : services.serviceOfCommand(commandPid)));
   app.addHook('onClose', async () => ports.forwarder.close());
 
+  // ENVD_START_TRACE: when each request was parsed, the first step of a command start's trace.
+  if (startTraceEnabled) app.addHook('onRequest', async (request) => noteReceived(request.raw));
   app.addHook('onRequest', async (request, reply) => {
     reply.header('x-request-id', request.id);
     const auth = request.routeOptions.config.auth ?? 'token';

@@ -34,6 +34,10 @@ async function loop(kind, everyMs) {
   }
 }
 
+// One of each first, untimed: envd's first command starts its holder spawner and compiles the route's code,
+// once per envd, not per command. With ~90 commands a run the nearest-rank p99 is the slowest sample, and it
+// was often this first one (timed inside envd: 50-90 ms of start-up cost before the load had begun).
+for (const kind of ['health', 'command', 'bare', 'bareHealth']) await time(kind);
 const loops = [loop('health', 50), loop('command', 200), loop('bare', 200), loop('bareHealth', 50)];
 process.once('SIGTERM', async () => {
   probing = false;

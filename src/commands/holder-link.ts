@@ -68,6 +68,13 @@ type Ordered = Exclude<HolderMessage, { type: 'ack' | 'hello' }>;
 export class HolderLink {
   onMessage: (message: Ordered) => void = () => {};
   onClose: () => void = () => {};
+  /**
+   * Nothing is delivered until the link's owner listens: a fast command's holder sends REAPED and EXIT
+   * right behind its HELLO, often in the same read, and the owner takes the link only once connect()
+   * has resolved. Delivered before that, EXIT went nowhere, and the command was found ended only when
+   * a reconnect after 100 ms saw its holder gone (issue 36: most of the slowest starts under load).
+   */
+  private listening = false;
 
   private readonly decoder = new MessageDecoder();
   private readonly queue: Ordered[] = [];
@@ -194,6 +201,14 @@ export class HolderLink {
     return this.closedFlag;
   }
 
+  /** Takes the link: from now on its messages reach `onMessage` (those read with the HELLO first) and its end `onClose`. */
+  listen(onMessage: (message: Ordered) => void, onClose: () => void): void {
+    this.onMessage = onMessage;
+    this.onClose = onClose;
+    this.listening = true;
+    this.deliver();
+  }
+
   hold(): void {
     this.held = true;
   }
@@ -298,7 +313,7 @@ export class HolderLink {
 
   /** Moves messages from the socket to the queue and from the queue to onMessage while not held. */
   private deliver(): void {
-    if (this.delivering) return;
+    if (this.delivering || !this.listening) return;
     this.delivering = true;
     try {
       if (this.dropping) {

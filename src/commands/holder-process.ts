@@ -1,6 +1,7 @@
 import { errnoToHttpError, HttpError } from '../errors.js';
 import type { HolderSpawner } from './holder-spawner.js';
 import { signalProcess } from './kill-tree.js';
+import { markStart } from './start-trace.js';
 import type { HolderPids } from './meta.js';
 import type { PreparedCommand } from './spawn.js';
 
@@ -59,7 +60,9 @@ export async function startHolder(prepared: PreparedCommand, options: HolderOpti
   ];
   let holder;
   try {
+    markStart('spawner-asked');
     holder = await spawner.spawn(argv, prepared.cwd, prepared.env, READY_TIMEOUT_MS);
+    markStart('ready-read');
   } catch (cause) {
     if (cause instanceof HttpError) throw cause;
     const mapped = errnoToHttpError(cause, 'starting the command');

@@ -33,6 +33,7 @@ import { parkUntilFinished } from './long-poll.js';
 import { commandResult } from './result.js';
 import { resumeCursor } from './resume.js';
 import { prepareCommand } from './spawn.js';
+import { markStart, traceCommandStart } from './start-trace.js';
 import { streamProcess } from './sse.js';
 import { checkReadyCheck } from './ready-probes.js';
 import { watchReadiness } from './readiness.js';
@@ -81,8 +82,11 @@ export const commandRoutes: FastifyPluginAsyncTypebox<CommandRoutesOptions> = as
     async (request, reply) => {
       const { background = false, timeout, ready, ready_timeout_ms: readyTimeoutMs } = request.body;
       checkReadyCheck(ready, readyTimeoutMs);
+      traceCommandStart(request.raw, reply.raw);
       const prepared = await prepareCommand(request.body, state);
+      markStart('prepared');
       const proc = await processes.start(prepared, { background, timeoutMs: timeoutMs(timeout) });
+      markStart('linked');
       if (ready) watchReadiness(proc, ready, { timeoutMs: readyTimeoutMs, logger: processes.log });
       if (background) return { pid: proc.pid };
 
@@ -95,6 +99,7 @@ export const commandRoutes: FastifyPluginAsyncTypebox<CommandRoutesOptions> = as
       reply.raw.once('close', onClose);
       try {
         await proc.finished;
+        markStart('exit-seen');
       } finally {
         reply.raw.off('close', onClose);
       }
@@ -314,6 +319,7 @@ export const commandRoutes: FastifyPluginAsyncTypebox<CommandRoutesOptions> = as
  */
 async function sendResult(reply: FastifyReply, proc: TrackedProcess, collect: () => void): Promise<CommandResultValue | FastifyReply> {
   const result = await commandResult(proc);
+  markStart('result-read');
   if (!(result instanceof Readable)) {
     collect();
     return result;

@@ -80,9 +80,10 @@ export class TrackedProcess {
     this.cgroup = init.cgroup;
     this.feed = new OutputFeed(this.log, init.logger, this.pid, init.logEnd);
     this.finished = new Promise((resolve) => (this.resolveFinished = resolve));
-    if (init.link) this.attach(init.link);
     this.killSwitch = new KillSwitch(init.dir, this.pid, init.logger, () => this.killTree());
     if (init.meta.deadline_ms !== null) this.killSwitch.arm(init.meta.deadline_ms, () => this.running);
+    // Last: the link delivers what the holder sent with its HELLO (its EXIT, for a fast command) at once.
+    if (init.link) this.attach(init.link);
   }
 
   /** Whether the holder is still there (its pid with the start time it recorded); one that cannot be told counts as there. */
@@ -111,9 +112,8 @@ export class TrackedProcess {
   /** Follows the holder over a (new) link; subscribers waiting for live output get it from here. */
   private attach(link: HolderLink): void {
     this.life.attach(link);
-    link.onMessage = (message) => this.onMessage(message);
-    link.onClose = () => void this.onLinkClosed();
     this.feed.attach(link);
+    link.listen((message) => this.onMessage(message), () => void this.onLinkClosed());
   }
 
   get running(): boolean {

@@ -77,21 +77,48 @@ describe('HolderLink reads', () => {
     const { link } = await HolderLink.connect(path);
     const got: string[] = [];
     const done = new Promise<void>((resolve) => {
-      link.onMessage = (m) => {
-        if (m.type === 'data') got.push(sha(m.bytes));
-        else if (m.type === 'text') got.push(sha(m.json));
-        if (got.length === messages.length) resolve();
-        // A subscriber falling behind: hold for a moment, sometimes.
-        if (next() < 0.2) {
-          link.hold();
-          setTimeout(() => link.release(), Math.floor(next() * 3));
-        }
-      };
+      link.listen(
+        (m) => {
+          if (m.type === 'data') got.push(sha(m.bytes));
+          else if (m.type === 'text') got.push(sha(m.json));
+          if (got.length === messages.length) resolve();
+          // A subscriber falling behind: hold for a moment, sometimes.
+          if (next() < 0.2) {
+            link.hold();
+            setTimeout(() => link.release(), Math.floor(next() * 3));
+          }
+        },
+        () => {},
+      );
     });
     link.liveOn();
     await done;
     link.close();
     expect(got).toEqual(expected);
+  });
+});
+
+describe('HolderLink before its owner listens', () => {
+  // Issue 36: a fast command's holder sends REAPED and EXIT right behind its HELLO, often in one read. They were
+  // delivered before envd's TrackedProcess took the link, and lost: the command was seen to end only when a
+  // reconnect found its holder gone, 100 ms later.
+  it('keeps what came in the same read as the HELLO, and the close behind it, until listen()', async () => {
+    dir = mkdtempSync(join(tmpdir(), 'envd-link-'));
+    const path = join(dir, 'sock');
+    const reaped = Buffer.alloc(8);
+    const exit = Buffer.alloc(18);
+    exit.writeInt32LE(7, 0);
+    exit.writeBigUInt64LE(42n, 10);
+    server = createServer((socket) => socket.end(Buffer.concat([hello(), message(0x84, reaped), message(0x85, exit)])));
+    await new Promise<void>((resolve) => server!.listen(path, resolve));
+
+    const { link } = await HolderLink.connect(path);
+    // As the registry does: the owner takes the link a few turns of the event loop later (the FIN is in by then).
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    const got: string[] = [];
+    const closed = new Promise<void>((resolve) => link.listen((m) => got.push(m.type === 'exit' ? `exit ${m.exitCode} ${m.logEnd}` : m.type), resolve));
+    await closed;
+    expect(got).toEqual(['reaped', 'exit 7 42']);
   });
 });
 
@@ -106,12 +133,13 @@ describe('HolderLink with a real holder', () => {
     const got: string[] = [];
     let exit: unknown;
     let synced = false;
-    link.onMessage = (m) => {
-      if (m.type === 'sync') synced = true;
-      if (m.type === 'text') got.push(m.json.toString());
-      if (m.type === 'exit') exit = m;
-    };
-    const closed = new Promise<void>((resolve) => (link.onClose = resolve));
+    const closed = new Promise<void>((resolve) =>
+      link.listen((m) => {
+        if (m.type === 'sync') synced = true;
+        if (m.type === 'text') got.push(m.json.toString());
+        if (m.type === 'exit') exit = m;
+      }, resolve),
+    );
     link.liveOn();
     await waitFor(() => synced, 5_000, 'SYNC');
     // Held from here, as while a subscriber catches up from the kept log; then the command prints and ends.
