@@ -1,5 +1,5 @@
 // The soak (issue 45): every kind of client work at once against dist/envd for
-// N minutes, one worker each (bench/lib/soak-workers.mjs), while envd's memory,
+// N minutes, one worker of each kind (nine: bench/lib/soak-workers.mjs), while envd's memory,
 // descriptors and processes are sampled and /health and a `true` command are
 // timed. Prints one row per minute, then the verdict, and exits non-zero on:
 // - any error a worker saw (a wrong answer, a stream without its `exit`, a hang);

@@ -1,8 +1,9 @@
-// The six workers of the soak (issue 45), each a loop of one kind of client
-// work that checks every answer and counts operations and errors:
-// foreground commands, background commands (waited for or DELETEd), streams
-// (a third cut mid-way), transfers with archive round trips, watches opened
-// and closed while files change, and terminal commands.
+// The workers of the soak (issue 45), each a loop of one kind of client
+// work that checks every answer and counts operations and errors: the six of
+// the issue (foreground commands, background commands (waited for or
+// DELETEd), streams (a third cut mid-way), transfers with archive round
+// trips, watches opened and closed while files change, terminal commands),
+// and the three it adds as they landed: shell sessions, services, searches.
 import { createHash, randomBytes } from 'node:crypto';
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -184,12 +185,65 @@ async function terminal({ envd, user }, round) {
   if (result.exit_code !== 0 || !result.stdout.includes('got:hi')) throw new Error(`terminal stdin: ${JSON.stringify(result).slice(0, 200)}`);
 }
 
-export const WORKERS = { foreground, background, stream, transfers, watch, terminal };
+/** A shell session: made, five commands that carry a counter from one to the next, ended. */
+async function sessions({ envd, user }) {
+  const { id } = await expectJson(envd, 'POST', '/sessions', user ? { user } : {}, 201);
+  try {
+    for (let n = 1; n <= 5; n++) {
+      const result = await expectJson(envd, 'POST', `/sessions/${id}/commands`, { cmd: 'n=$((${n:-0}+1)); echo "$n"' });
+      expectResult('session command', result, `${n}\n`);
+    }
+  } finally {
+    const ended = await expectJson(envd, 'DELETE', `/sessions/${id}`);
+    if (ended.ended !== true) throw new Error(`session: DELETE said ${JSON.stringify(ended)}`);
+  }
+}
+
+/** A service: defined with a log readiness check, awaited through its run's ready long-poll, deleted. */
+async function services({ envd, user }, round) {
+  const name = `soak-${round % 2}`;
+  const record = await expectJson(envd, 'PUT', `/services/${name}`, { cmd: `echo "up ${round}"; exec sleep 600`, restart: 'no', ready: { log: `^up ${round}$` }, ...(user ? { user } : {}) }, 201);
+  try {
+    if (typeof record.pid !== 'number') throw new Error(`service: no run after PUT: ${JSON.stringify(record).slice(0, 200)}`);
+    await expectJson(envd, 'GET', `/commands/${record.pid}/ready?timeout_ms=${OPERATION_DEADLINE_MS / 2}`);
+  } finally {
+    const deleted = await expectJson(envd, 'DELETE', `/services/${name}`);
+    if (deleted.deleted !== true) throw new Error(`service: DELETE said ${JSON.stringify(deleted)}`);
+  }
+}
+
+const SEARCH_FILES = 300;
+const SEARCH_NEEDLES = 7;
+
+/** Content search for a literal in a tree of SEARCH_FILES files, and every other round a find over it. */
+async function search({ envd, dir }, round) {
+  const root = join(dir, 'search');
+  const needle = round % SEARCH_NEEDLES;
+  const reply = await send(envd, 'POST', '/files/search', { body: { path: root, pattern: `needle-${needle}`, literal: true } });
+  if (reply.status !== 200) throw new Error(`search answered ${reply.status}: ${reply.body.slice(0, 200)}`);
+  const lines = reply.body.trim().split('\n').map((line) => JSON.parse(line));
+  const summary = lines.at(-1);
+  const expected = Array.from({ length: SEARCH_FILES }, (_, i) => i).filter((i) => i % SEARCH_NEEDLES === needle).length;
+  if (summary?.type !== 'summary' || summary.matches !== expected || lines.length !== expected + 1) {
+    throw new Error(`search for needle-${needle}: ${lines.length - 1} matches and ${JSON.stringify(summary)}, expected ${expected}`);
+  }
+  if (round % 2 === 1) return;
+  const found = await expectJson(envd, 'GET', `/files/find?path=${encodeURIComponent(root)}&glob=${encodeURIComponent('**/*.txt')}`);
+  if (found.entries.length !== SEARCH_FILES || found.truncated) throw new Error(`find: ${found.entries.length} entries, expected ${SEARCH_FILES}`);
+}
+
+/** What the search worker searches: SEARCH_FILES small files in ten directories, file i naming needle-(i mod SEARCH_NEEDLES) once. */
+function searchTree(i) {
+  return { path: join('search', `d${i % 10}`, `f${i}.txt`), text: `line one of ${i}\nneedle-${i % SEARCH_NEEDLES} is here\nline three\n` };
+}
+
+export const WORKERS = { foreground, background, stream, transfers, watch, terminal, sessions, services, search };
 
 /** The directories the workers use under `dir`, created before the load starts. */
 export function prepareWorkDir(dir) {
-  for (const sub of ['transfers', 'watched']) mkdirSync(join(dir, sub), { recursive: true });
+  for (const sub of ['transfers', 'watched', ...Array.from({ length: 10 }, (_, i) => join('search', `d${i}`))]) mkdirSync(join(dir, sub), { recursive: true });
   for (let i = 0; i < 3; i++) writeFileSync(join(dir, 'transfers', `file-${i}.bin`), randomBytes(MIB));
+  for (let i = 0; i < SEARCH_FILES; i++) writeFileSync(join(dir, searchTree(i).path), searchTree(i).text);
 }
 
 /** The same directories on envd's own machine (a guest's), made through envd as the workers' files are. */
@@ -199,6 +253,7 @@ export async function prepareRemoteWorkDir(envd, dir) {
     const put = await upload(envd, join(dir, 'transfers', `file-${i}.bin`), randomBytes(MIB));
     if (put.status !== 200) throw new Error(`preparing ${dir}: upload answered ${put.status}: ${put.body.slice(0, 200)}`);
   }
+  for (let i = 0; i < SEARCH_FILES; i++) await expectJson(envd, 'POST', '/files', { path: join(dir, searchTree(i).path), data: searchTree(i).text });
 }
 
 /**
