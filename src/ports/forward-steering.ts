@@ -17,6 +17,8 @@ import { socketFdOf } from './socket-owners.js';
 export class ForwardSteering {
   /** `address port` → the listener it is steered to (or asked to be). */
   private readonly steered = new Map<string, PortEntry>();
+  /** Those the relay said it steers. */
+  private readonly confirmed = new Set<PortEntry>();
 
   constructor(
     private readonly relay: ForwardRelay | undefined,
@@ -32,6 +34,7 @@ export class ForwardSteering {
     if (current === wanted) return;
     if (current) {
       this.steered.delete(key);
+      this.confirmed.delete(current);
       this.relay?.unsteer(address, port);
     }
     if (wanted) this.steer(key, address, port, wanted);
@@ -42,9 +45,10 @@ export class ForwardSteering {
     this.update(address, port, []);
   }
 
-  /** Whether `address`:`port` is steered (or asked to be) now. */
+  /** Whether the relay said `address`:`port` is steered now. */
   isSteered(address: string, port: number): boolean {
-    return this.steered.has(`${address} ${port}`);
+    const target = this.steered.get(`${address} ${port}`);
+    return target !== undefined && this.confirmed.has(target);
   }
 
   private steer(key: string, address: string, port: number, target: PortEntry): void {
@@ -54,8 +58,10 @@ export class ForwardSteering {
     if (fd === undefined) return;
     this.steered.set(key, target);
     this.relay.steer(target.pid!, fd, inode!, address, port, (steered) => {
+      if (this.steered.get(key) !== target) return; // unsteered meanwhile
+      if (steered) this.confirmed.add(target);
       // Not steered: relayed, and asked again only when another listener opens on the port.
-      if (!steered && this.steered.get(key) === target) this.steered.delete(key);
+      else this.steered.delete(key);
     });
   }
 }
