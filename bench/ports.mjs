@@ -311,14 +311,18 @@ async function idleMemory(envd, host, port, how) {
     // Relayed connections live in envd's splice relay (envd-holder --forward): its memory counts too.
     const relayPid = () => childPids(envd.pid).find((pid) => readFileSync(`/proc/${pid}/cmdline`, 'utf8').includes('--forward'));
     const relayRss = () => (relayPid() ? rssBytes(relayPid()) : 0);
+    const fds = (pid) => (pid ? readdirSync(`/proc/${pid}/fd`).length : 0);
     const before = rssBytes(envd.pid);
     const relayBefore = relayRss();
+    const fdsBefore = fds(envd.pid) + fds(relayPid());
     await openIdle();
     await sleep(2_000);
     const after = rssBytes(envd.pid);
     const relayAfter = relayRss();
+    // Steered connections never reach envd or its relay: their descriptors stay as they were.
+    const fdsAfter = fds(envd.pid) + fds(relayPid());
     const grown = after - before + (relayAfter - relayBefore);
-    const note = `envd's RSS ${(before / MIB).toFixed(1)} → ${(after / MIB).toFixed(1)} MiB (${(cold / MIB).toFixed(1)} → ${(warm / MIB).toFixed(1)} MiB over a first thousand opened and closed), its relay's ${(relayBefore / MIB).toFixed(2)} → ${(relayAfter / MIB).toFixed(2)} MiB (counted together)`;
+    const note = `envd's RSS ${(before / MIB).toFixed(1)} → ${(after / MIB).toFixed(1)} MiB (${(cold / MIB).toFixed(1)} → ${(warm / MIB).toFixed(1)} MiB over a first thousand opened and closed), its relay's ${(relayBefore / MIB).toFixed(2)} → ${(relayAfter / MIB).toFixed(2)} MiB (counted together); their descriptors ${fdsBefore} → ${fdsAfter}`;
     return makeRow({ name: `memory of 1,000 idle forwarded connections (${how})`, unit: 'MiB', envd: grown / MIB, goal: atMost(8, 'MiB'), note });
   } finally {
     for (const socket of sockets) socket.destroy();
