@@ -40,7 +40,8 @@ describe('ports and the loopback forward in a qemu VM (busybox + musl image)', (
 
   it('a command serving on 127.0.0.1:8080 is reached from the host at the guest address; /ports names the command; the watch saw it open', async () => {
     // A CGI script that answers the peer address httpd saw: the client's own when the forward is steered in the kernel.
-    const peerScript = '#!/bin/sh\\necho Content-Type: text/plain\\necho\\necho $REMOTE_ADDR\\n';
+    // (CGI headers end in CRLF: busybox httpd passes them as they are, and fetch refuses a bare LF.)
+    const peerScript = '#!/bin/sh\\nprintf "Content-Type: text/plain\\\\r\\\\n\\\\r\\\\n"\\necho $REMOTE_ADDR\\n';
     await run(client, `mkdir -p /tmp/www/cgi-bin && echo served-from-loopback > /tmp/www/index.html && printf '${peerScript}' > /tmp/www/cgi-bin/peer && chmod +x /tmp/www/cgi-bin/peer`, { user: 'root' });
     const abort = new AbortController();
     const events = readEvents(await client.call('GET', '/ports/watch', undefined, { signal: abort.signal }));
