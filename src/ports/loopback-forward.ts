@@ -156,7 +156,9 @@ export class LoopbackForwarder implements PortListener {
       else this.log.warn({ address, port: forward.port, err: error }, 'cannot forward a loopback port to this address');
     });
     // Steered only once envd's listener holds the address:port (no other program has it, and it takes what is not steered).
-    server.once('listening', () => this.steering.update(address, forward.port, forward.targets));
+    server.once('listening', () => {
+      if (forward.servers.get(address) === server) this.steering.update(address, forward.port, forward.targets);
+    });
     server.listen({ host: address, port: forward.port, exclusive: true });
   }
 
