@@ -140,21 +140,37 @@ describe.each([
     await waitFor(async () => !(await accepts(FORWARD, port)), 5_000, 'the forward to stop');
   });
 
-  it.runIf(!forwardSteering)("copies in the splice relay, not in envd's event loop: the relay child holds both sockets of a connection, envd none", async () => {
-    const server = createServer((socket) => socket.pipe(socket));
-    const port = await listening(server, '127.0.0.1');
-    await forwarded(port);
-    const client = connect({ host: FORWARD, port });
-    client.write('ping');
-    await new Promise((resolve) => client.once('data', resolve));
-    const relay = childrenOf(process.pid).find((pid) => cmdline(pid).includes('--forward'));
-    expect(relay, 'an envd-holder --forward child').toBeDefined();
-    // The relay holds the client's socket (taken from envd) and its own connection to the listener.
-    const { localPort } = client;
-    expect(socketInodes(relay!).size).toBeGreaterThanOrEqual(2);
-    expect(await answersFrom(FORWARD, port, localPort!)).toBe(true);
-    client.destroy();
-  });
+  it(
+    forwardSteering
+      ? 'hands a connection to the listener itself: the server sees the client as its peer, and the relay does not hold it'
+      : "copies in the splice relay, not in envd's event loop: the relay child holds both sockets of a connection, envd none",
+    async () => {
+      const peers: (number | undefined)[] = [];
+      const server = createServer((socket) => {
+        peers.push(socket.remotePort);
+        socket.pipe(socket);
+      });
+      const port = await listening(server, '127.0.0.1');
+      await forwarded(port);
+      if (forwardSteering) await waitFor(() => envd.app.envd.ports.forwarder.steering.isSteered(FORWARD, port), 5_000, 'the port to be steered');
+      const client = connect({ host: FORWARD, port });
+      client.write('ping');
+      await new Promise((resolve) => client.once('data', resolve));
+      const relay = childrenOf(process.pid).find((pid) => cmdline(pid).includes('--forward'));
+      expect(relay, 'an envd-holder --forward child').toBeDefined();
+      const { localPort } = client;
+      if (forwardSteering) {
+        expect(peers.at(-1)).toBe(localPort); // (the earlier ones are forwarded()'s probes)
+        // Its accepted end is the test server's own socket, not one of the relay's.
+        expect(await answersFrom(FORWARD, port, localPort!)).toBe(false);
+      } else {
+        // The relay holds the client's socket (taken from envd) and its own connection to the listener.
+        expect(socketInodes(relay!).size).toBeGreaterThanOrEqual(2);
+        expect(await answersFrom(FORWARD, port, localPort!)).toBe(true);
+      }
+      client.destroy();
+    },
+  );
 
   it('forwards a ::1 listener too', async () => {
     const server = createHttpServer((_request, response) => response.end('six'));
