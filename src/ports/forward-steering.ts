@@ -30,7 +30,7 @@ export class ForwardSteering {
   update(address: string, port: number, targets: readonly PortEntry[]): void {
     const key = `${address} ${port}`;
     const current = this.steered.get(key);
-    const wanted = targets.find((target) => isIPv4(target.address) === isIPv4(address));
+    const wanted = pickListener(targets, address);
     if (current === wanted) return;
     if (current) {
       this.steered.delete(key);
@@ -64,4 +64,14 @@ export class ForwardSteering {
       else this.steered.delete(key);
     });
   }
+}
+
+/**
+ * The listener of the address's family: 127.0.0.1 (::1) before any other
+ * loopback address, so that another forwarder's listener on 127.0.0.x (a
+ * second envd on one test machine) is never preferred to the server's own.
+ */
+function pickListener(targets: readonly PortEntry[], address: string): PortEntry | undefined {
+  const family = targets.filter((target) => isIPv4(target.address) === isIPv4(address));
+  return family.find((target) => target.address === '127.0.0.1' || target.address === '::1') ?? family[0];
 }
