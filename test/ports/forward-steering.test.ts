@@ -103,6 +103,9 @@ describe('loopback forward steered in the kernel', () => {
     expect(steered(envd, RELAYED, port)).toBe(false);
     expect(seen.at(-1)!.localAddress).toBe('127.0.0.1');
     expect(seen.at(-1)!.remotePort).not.toBe(local!.port);
+    // Gone before the next test: two envds on different 127.x addresses take each other's listeners for loopback
+    // servers, and each one's would keep the other's forward of a closed server open.
+    await envds.pop()!.close();
   });
 
   it('takes a closed listener out of the kernel at once: the very next connection is not steered, and the forward stops', async () => {
