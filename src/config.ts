@@ -80,6 +80,8 @@ export interface Config {
   readonly forwardLoopback: boolean;
   /** Where they are made reachable: these addresses, or (undefined) every non-loopback address of the guest. */
   readonly forwardAddresses: readonly string[] | undefined;
+  /** Forwarded TCP connections are steered into the listener in the kernel where BPF allows (src/holder/steer.h); off: always relayed. */
+  readonly forwardSteering: boolean;
   /** The template's services (NAME.json each), started once per boot in dependency order. */
   readonly servicesDir: string;
   readonly logLevel: LogLevel;
@@ -131,6 +133,9 @@ Options (each also read from the environment variable shown):
                                                       on the guest's other addresses, same port (default on)
   --forward-address <addr>    ENVD_FORWARD_ADDRESS    where (repeatable; the variable comma-separated; default every
                                                       non-loopback address of the guest)
+  --forward-steering <on|off> ENVD_FORWARD_STEERING  TCP connections go straight to the listener by a BPF sk_lookup
+                                                      program where the kernel allows (on, default), or always through
+                                                      envd's relay (off)
   --services-dir <path>       ENVD_SERVICES_DIR       the template's services, NAME.json each (the body of PUT /services/NAME),
                                                       started once per boot in dependency order (default /etc/envd/services)
   --log-level <level>         ENVD_LOG_LEVEL          ${LOG_LEVELS.join('|')} (default info)
@@ -160,6 +165,7 @@ const OPTIONS = {
   'command-cgroups': { type: 'string', env: 'ENVD_COMMAND_CGROUPS' },
   'forward-loopback': { type: 'string', env: 'ENVD_FORWARD_LOOPBACK' },
   'forward-address': { type: 'string', env: 'ENVD_FORWARD_ADDRESS', multiple: true },
+  'forward-steering': { type: 'string', env: 'ENVD_FORWARD_STEERING' },
   'log-level': { type: 'string', env: 'ENVD_LOG_LEVEL' },
   help: { type: 'boolean' },
   version: { type: 'boolean' },
@@ -237,6 +243,8 @@ export function parseCli(argv: string[], env: NodeJS.ProcessEnv): CliAction {
 
   const forwardLoopback = read('forward-loopback') ?? 'on';
   if (forwardLoopback !== 'on' && forwardLoopback !== 'off') problems.push(`${describe('forward-loopback')} must be on or off, got ${JSON.stringify(forwardLoopback)}`);
+  const forwardSteering = read('forward-steering') ?? 'on';
+  if (forwardSteering !== 'on' && forwardSteering !== 'off') problems.push(`${describe('forward-steering')} must be on or off, got ${JSON.stringify(forwardSteering)}`);
   const forwardFlags = values['forward-address'] as string[] | undefined;
   const forwardEnv = env.ENVD_FORWARD_ADDRESS?.split(',').map((address) => address.trim()).filter(Boolean);
   const forwardAddresses = forwardFlags ?? (forwardEnv && forwardEnv.length > 0 ? forwardEnv : undefined);
@@ -292,6 +300,7 @@ export function parseCli(argv: string[], env: NodeJS.ProcessEnv): CliAction {
       commandCgroups: commandCgroups as 'auto' | 'off',
       forwardLoopback: forwardLoopback === 'on',
       forwardAddresses: forwardAddresses && Object.freeze([...forwardAddresses]),
+      forwardSteering: forwardSteering === 'on',
       logLevel: logLevel as LogLevel,
     }),
   };

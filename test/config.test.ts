@@ -32,7 +32,7 @@ describe('parseCli', () => {
       defaultWorkdir: undefined, maxOutputBytes: DEFAULT_MAX_OUTPUT_BYTES, logLevel: 'info', directOutput: true,
       outputMemoryBytes: 33554432, clientMemoryBytes: 52 * 1024 * 1024, maxSpoolBytes: 1073741824, keepFinishedMs: 600_000, keepCollectedMs: 0, sessionIdleTimeoutMs: 0, ...defaultDirs(process.getuid!(), {}),
       entrypointFile: undefined, servicesDir: '/etc/envd/services', reserveMemoryBytes: 128 * 1024 * 1024, commandCgroups: 'auto',
-      forwardLoopback: true, forwardAddresses: undefined,
+      forwardLoopback: true, forwardAddresses: undefined, forwardSteering: true,
     });
     expect(DEFAULT_MAX_OUTPUT_BYTES).toBe(67108864);
   });
@@ -55,6 +55,13 @@ describe('parseCli', () => {
     expect(run(['--forward-address', '127.0.0.3'], { ENVD_FORWARD_ADDRESS: '10.0.0.2' }).forwardAddresses).toEqual(['127.0.0.3']);
     expect(() => run(['--forward-address', 'eth0'])).toThrow(/--forward-address \(ENVD_FORWARD_ADDRESS\) must be an IPv4 or IPv6 address of the guest \(not a wildcard\), got "eth0"/);
     expect(() => run([], { ENVD_FORWARD_ADDRESS: '0.0.0.0' })).toThrow(/not a wildcard\), got "0.0.0.0"/);
+  });
+
+  it('takes --forward-steering on or off (ENVD_FORWARD_STEERING), naming it when wrong', () => {
+    expect(run(['--forward-steering', 'off']).forwardSteering).toBe(false);
+    expect(run([], { ENVD_FORWARD_STEERING: 'off' }).forwardSteering).toBe(false);
+    expect(run([], { ENVD_FORWARD_STEERING: 'on' }).forwardSteering).toBe(true);
+    expect(() => run(['--forward-steering', 'bpf'])).toThrow(/--forward-steering \(ENVD_FORWARD_STEERING\) must be on or off, got "bpf"/);
   });
 
   it('takes --command-cgroups auto or off, and refuses anything else naming it', () => {

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "splice-pump.h"
+#include "steer.h"
 #include "util.h"
 
 #ifndef SYS_pidfd_open
@@ -172,6 +173,43 @@ static void take(const char *line) {
   if (epoll_ctl(relay.epoll, EPOLL_CTL_ADD, client, &ev) != 0 || epoll_ctl(relay.epoll, EPOLL_CTL_ADD, upstream, &ev) != 0) return finish(slot, 1);
 }
 
+/* `steer ID PID FD INODE ADDRESS PORT`: fd FD of PID, if still the listener of inode INODE, gets ADDRESS:PORT's new connections in the kernel (steer.h). */
+static void steer(const char *line) {
+  unsigned long long id, inode;
+  int pid, fd;
+  unsigned port;
+  char address[64];
+  if (sscanf(line, "steer %llu %d %d %llu %63s %u", &id, &pid, &fd, &inode, address, &port) != 6) return;
+  int owner = (int)syscall(SYS_pidfd_open, (pid_t)pid, 0);
+  int listener = owner < 0 ? -1 : (int)syscall(SYS_pidfd_getfd, owner, fd, 0);
+  int err = errno;
+  if (owner >= 0) close(owner);
+  if (listener < 0) return say("unsteered", id, err);
+  struct stat st;
+  if (fstat(listener, &st) != 0 || !S_ISSOCK(st.st_mode) || (unsigned long long)st.st_ino != inode) {
+    close(listener);
+    return say("unsteered", id, ESTALE);
+  }
+  int steered = steer_insert(address, port, listener);
+  err = errno;
+  /* The map keeps the socket itself, not this descriptor: the user's close() of the listener still ends it (and its key). */
+  close(listener);
+  say(steered == 0 ? "steered" : "unsteered", id, steered == 0 ? 0 : err);
+}
+
+/* `unsteer ADDRESS PORT`: new connections there reach envd's listener again (the relay), or nothing once it closed. */
+static void unsteer(const char *line) {
+  unsigned port;
+  char address[64];
+  if (sscanf(line, "unsteer %63s %u", address, &port) == 2) steer_delete(address, port);
+}
+
+static void command(const char *line) {
+  if (strncmp(line, "take ", 5) == 0) take(line);
+  else if (strncmp(line, "steer ", 6) == 0) steer(line);
+  else if (strncmp(line, "unsteer ", 8) == 0) unsteer(line);
+}
+
 /* Reads envd's lines; 0 at its end. */
 static int read_control(void) {
   for (;;) {
@@ -182,7 +220,7 @@ static int read_control(void) {
     char *start = relay.line, *end;
     while ((end = memchr(start, '\n', relay.line_used - (size_t)(start - relay.line)))) {
       *end = '\0';
-      take(start);
+      command(start);
       start = end + 1;
     }
     relay.line_used -= (size_t)(start - relay.line);

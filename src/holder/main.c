@@ -5,7 +5,7 @@
  * upload on its way to envd (relay.h), the probe of a mount that may hang
  * (probe.h), setting the clock (system.h), the snapshot and fork jobs
  * (machine.h), the port watch's socket dumps (sockets.h), and the loopback
- * forward's splice relay (forward.h). One
+ * forward's splice relay (forward.h), with its steering in the kernel (steer.h). One
  * static binary, so a guest carries one file and every job starts without a
  * dynamic loader.
  */

@@ -19,7 +19,10 @@ interface Handed {
  * one child of envd that takes each forwarded connection's client socket
  * (pidfd_getfd of envd's fd), connects to the loopback listener and copies
  * both directions by splice(2), so the bytes never cross envd's event loop.
- * Started at the first connection; a connection it cannot take (no
+ * It also steers ports into their listeners in the kernel (steer()), where a
+ * connection never reaches envd or the relay at all; its BPF link lives as
+ * long as this child does.
+ * Started at the first steer or connection; a connection it cannot take (no
  * pidfd_getfd in this kernel, not allowed, Node's socket internals not
  * trusted, the relay gone) is copied by envd itself (byte-pump.ts).
  */
@@ -28,12 +31,36 @@ export class ForwardRelay {
   private failed = false;
   private nextId = 1;
   private readonly handed = new Map<number, Handed>();
+  /** Steers asked for and not yet answered: what to tell their asker. */
+  private readonly steers = new Map<number, (steered: boolean) => void>();
+  private saidUnsteered = false;
 
   constructor(
     private readonly holderPath: string,
     private readonly log: Logger,
     private readonly bufferBytes = FORWARD_BUFFER_BYTES,
+    /** --forward-steering: off, every connection is relayed (steer answers false at once). */
+    readonly steering = true,
   ) {}
+
+  /**
+   * Asks the relay to steer new TCP connections to `address`:`port` straight
+   * into the listener `fd` (socket `inode`) of process `pid`, in the kernel
+   * (src/holder/steer.h); `done(true)` once it does, `done(false)` if it
+   * cannot (then the port is relayed, as before).
+   */
+  steer(pid: number, fd: number, inode: number, address: string, port: number, done: (steered: boolean) => void): void {
+    const relay = this.steering ? this.running() : undefined;
+    if (!relay) return done(false);
+    const id = this.nextId++;
+    this.steers.set(id, done);
+    relay.stdin.write(`steer ${id} ${pid} ${fd} ${inode} ${address} ${port}\n`);
+  }
+
+  /** Stops steering `address`:`port` (its listener closed, or forwarding is off). */
+  unsteer(address: string, port: number): void {
+    this.child?.stdin.write(`unsteer ${address} ${port}\n`);
+  }
 
   /** Hands `client` (paused, never read) to the relay; `refused` if envd must copy it itself, `ended` once the relay closed it. */
   hand(client: Socket, address: string, port: number, refused: () => void, ended: () => void): void {
@@ -74,6 +101,9 @@ export class ForwardRelay {
       if (signal !== 'SIGKILL') this.log.warn({ reason: reason.trim() || `exited (${signal ?? code})` }, 'the forward relay ended: envd copies forwarded connections itself');
       for (const connection of this.handed.values()) (connection.client ? connection.refused : connection.ended)();
       this.handed.clear();
+      // Its link to the network namespace closed with it: nothing is steered any more, envd's listeners take every connection.
+      for (const done of this.steers.values()) done(false);
+      this.steers.clear();
     });
     return child;
   }
@@ -81,6 +111,12 @@ export class ForwardRelay {
   private onLine(line: string): void {
     const [what, idText] = line.split(' ');
     const id = Number(idText);
+    const steered = this.steers.get(id);
+    if (steered) {
+      this.steers.delete(id);
+      if (what === 'unsteered') this.unsteeredOnce(line);
+      return steered(what === 'steered');
+    }
     const connection = this.handed.get(id);
     if (!connection) return;
     if (what === 'taken') {
@@ -99,6 +135,13 @@ export class ForwardRelay {
   }
 
   private saidRefused = false;
+
+  /** Once: no BPF in this kernel, not allowed, ... (every port is then relayed, and the first reason says why). */
+  private unsteeredOnce(line: string): void {
+    if (this.saidUnsteered) return;
+    this.saidUnsteered = true;
+    this.log.info({ answer: line }, 'a forwarded port could not be steered into its listener in the kernel: its connections are relayed');
+  }
 
   private refusedOnce(line: string): void {
     if (this.saidRefused) return;

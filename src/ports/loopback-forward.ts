@@ -2,6 +2,7 @@ import { connect, createServer, isIPv4, type Server, type Socket } from 'node:ne
 import type { Logger } from '../logger.js';
 import { ForwardBuffers, pump } from './byte-pump.js';
 import type { ForwardRelay } from './forward-relay.js';
+import { ForwardSteering } from './forward-steering.js';
 import type { PortEntry, PortListener, PortTable } from './port-table.js';
 import { isLoopback } from './proc-net.js';
 import { UdpFlowBudget, UdpPortForward } from './udp-forward.js';
@@ -27,9 +28,12 @@ interface PortForward {
  * on the guest's other addresses, on the same port: a dev server that binds
  * 127.0.0.1 (most do by default) is reached by the traffic proxy at the
  * guest's address. envd listens there while the loopback listener is there
- * (the port table tells it within a poll of the listen and of the close), and
- * copies the bytes of each connection both ways unchanged, half-closes
- * included (byte-pump.ts). An address where something else already holds
+ * (the port table tells it within a poll of the listen and of the close). A
+ * TCP port is then steered into the user's listener in the kernel
+ * (forward-steering.ts), where BPF allows: its connections never reach envd.
+ * What reaches envd's listener (UDP, a kernel without BPF, --forward-steering
+ * off) is copied both ways unchanged, half-closes included, by the relay
+ * (forward-relay.ts) or envd itself (byte-pump.ts). An address where something else already holds
  * that port is left alone, said once in the log.
  */
 export class LoopbackForwarder implements PortListener {
@@ -39,6 +43,8 @@ export class LoopbackForwarder implements PortListener {
   private connections = 0;
   private saidFull = false;
   readonly buffers = new ForwardBuffers();
+  /** TCP ports steered into their listeners in the kernel; whatever is not reaches envd's listeners and is relayed. */
+  readonly steering: ForwardSteering;
 
   constructor(
     private readonly table: PortTable,
@@ -51,6 +57,7 @@ export class LoopbackForwarder implements PortListener {
     readonly udpFlows = new UdpFlowBudget(),
   ) {
     table.isHidden = (entry) => this.isOwn(entry);
+    this.steering = new ForwardSteering(relay, (entry) => table.inodeOf(entry));
   }
 
   get enabled(): boolean {
@@ -90,7 +97,10 @@ export class LoopbackForwarder implements PortListener {
     if (!this.isTarget(entry)) return;
     if (entry.protocol === 'udp') return this.openUdp(entry);
     let forward = this.forwards.get(entry.port);
-    if (forward) return void forward.targets.push(entry);
+    if (forward) {
+      forward.targets.push(entry);
+      return this.steer(forward);
+    }
     forward = { port: entry.port, targets: [entry], servers: new Map() };
     this.forwards.set(entry.port, forward);
     for (const address of this.addresses()) this.listen(forward, address);
@@ -101,7 +111,7 @@ export class LoopbackForwarder implements PortListener {
     const forward = this.forwards.get(entry.port);
     if (!forward) return;
     forward.targets = forward.targets.filter((target) => target !== entry);
-    if (forward.targets.length > 0) return;
+    if (forward.targets.length > 0) return this.steer(forward);
     this.stop(forward);
     this.forwards.delete(entry.port);
   }
@@ -145,11 +155,23 @@ export class LoopbackForwarder implements PortListener {
       if (error.code === 'EADDRINUSE') this.log.info({ address, port: forward.port }, 'not forwarding a loopback port: something already listens on it at this address');
       else this.log.warn({ address, port: forward.port, err: error }, 'cannot forward a loopback port to this address');
     });
+    // Steered only once envd's listener holds the address:port (no other program has it, and it takes what is not steered).
+    server.once('listening', () => {
+      if (forward.servers.get(address) === server) this.steering.update(address, forward.port, forward.targets);
+    });
     server.listen({ host: address, port: forward.port, exclusive: true });
   }
 
+  /** The port's targets changed: each address envd listens on is steered to the listener of its family now. */
+  private steer(forward: PortForward): void {
+    for (const [address, server] of forward.servers) if (server.listening) this.steering.update(address, forward.port, forward.targets);
+  }
+
   private stop(forward: PortForward): void {
-    for (const server of forward.servers.values()) server.close(() => {});
+    for (const [address, server] of forward.servers) {
+      this.steering.stop(address, forward.port);
+      server.close(() => {});
+    }
     forward.servers.clear();
   }
 

@@ -27,7 +27,7 @@ export function openPorts(config: Config, processes: ProcessRegistry, log: Logge
   table.startSocketWatch = socketWatcher(processes.holderPath);
   table.onSocketWatchFailed = (reason) => log.warn({ reason }, 'sock_diag netlink unavailable: polling /proc/net for port changes');
   const fixed = config.forwardAddresses;
-  const relay = new ForwardRelay(processes.holderPath, log);
+  const relay = new ForwardRelay(processes.holderPath, log, undefined, config.forwardSteering);
   const forwarder = new LoopbackForwarder(table, fixed ? () => [...fixed] : guestAddresses, log, MAX_FORWARDED_CONNECTIONS, relay);
   if (config.forwardLoopback) forwarder.enable(true);
   return { table, forwarder };

@@ -128,6 +128,12 @@ export class PortTable {
     return [...this.known.values()].map(({ entry }) => entry);
   }
 
+  /** The socket inode of a known entry (the forward's steering names the listener by it). */
+  inodeOf(entry: PortEntry): number | undefined {
+    for (const known of this.known.values()) if (known.entry === entry) return known.socket.inode;
+    return undefined;
+  }
+
   /**
    * Tells `listener` of every open and close from now on; polling runs while
    * anyone is subscribed. The table is read first, so what the caller lists

@@ -45,6 +45,25 @@ function socketsOf(pid: number): number[] {
   return found;
 }
 
+/** The descriptor number under which a process holds the socket of `inode` (undefined: not, or gone). */
+export function socketFdOf(pid: number, inode: number): number | undefined {
+  let fds: string[];
+  try {
+    fds = readdirSync(`/proc/${pid}/fd`);
+  } catch {
+    return undefined;
+  }
+  const wanted = `socket:[${inode}]`;
+  for (const fd of fds) {
+    try {
+      if (readlinkSync(`/proc/${pid}/fd/${fd}`) === wanted) return Number(fd);
+    } catch {
+      // closed meanwhile
+    }
+  }
+  return undefined;
+}
+
 function topmost(pid: number, inode: number): number {
   for (let depth = 0; depth < 64; depth++) {
     const parent = parentOf(pid);

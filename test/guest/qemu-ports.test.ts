@@ -24,7 +24,10 @@ describe('ports and the loopback forward in a qemu VM (busybox + musl image)', (
   });
 
   it('a command serving on 127.0.0.1:8080 is reached from the host at the guest address; /ports names the command; the watch saw it open', async () => {
-    await run(client, 'mkdir -p /tmp/www && echo served-from-loopback > /tmp/www/index.html', { user: 'root' });
+    // A CGI script that answers the peer address httpd saw: the client's own when the forward is steered in the kernel.
+    // (CGI headers end in CRLF: busybox httpd passes them as they are, and fetch refuses a bare LF.)
+    const peerScript = '#!/bin/sh\\nprintf "Content-Type: text/plain\\\\r\\\\n\\\\r\\\\n"\\necho $REMOTE_ADDR\\n';
+    await run(client, `mkdir -p /tmp/www/cgi-bin && echo served-from-loopback > /tmp/www/index.html && printf '${peerScript}' > /tmp/www/cgi-bin/peer && chmod +x /tmp/www/cgi-bin/peer`, { user: 'root' });
     const abort = new AbortController();
     const events = readEvents(await client.call('GET', '/ports/watch', undefined, { signal: abort.signal }));
     expect((await events.next()).value?.event).toBe('ready');
@@ -59,6 +62,13 @@ describe('ports and the loopback forward in a qemu VM (busybox + musl image)', (
     }
     expect(text).toBe('served-from-loopback\n');
     console.log(`ports: command start → the host reached httpd at the guest address ${Date.now() - started} ms (TCG)`);
+
+    // Steered by envd's sk_lookup program in the guest's 6.1 kernel: httpd saw qemu's host side (10.0.2.2), not a relay's 127.0.0.1,
+    // and the relay child holds the BPF link.
+    const peer = await (await fetch(`${vm!.extraUrls[HTTPD_PORT]}/cgi-bin/peer`, { signal: AbortSignal.timeout(10_000) })).text();
+    console.log(`ports: httpd saw the peer ${peer.trim()}`);
+    expect(peer.trim()).toBe('10.0.2.2');
+    expect((await run(client, 'ls -l /proc/*/fd 2>/dev/null | grep -c bpf_link', { user: 'root' })).stdout.trim()).toBe('1');
 
     const ports = (await client.json('GET', '/ports')).body.ports.filter((port: any) => port.port === HTTPD_PORT);
     // envd's own listener on 10.0.2.15:8080 is plumbing, not listed.

@@ -54,6 +54,7 @@ export function testConfig(overrides: Partial<Config> = {}): Config {
     // An in-process test envd must not make the runner's loopback listeners (other tests', other users') reachable elsewhere.
     forwardLoopback: false,
     forwardAddresses: undefined,
+    forwardSteering: true,
     logLevel: 'info',
     ...overrides,
   };

@@ -12,20 +12,16 @@ const FORWARD = '127.0.0.2';
 let envd: TestServer;
 const servers: (Server | HttpServer)[] = [];
 
-beforeAll(async () => {
-  envd = await startServer({ forwardLoopback: true, forwardAddresses: [FORWARD] });
-});
-afterAll(async () => {
-  for (const server of servers) server.close();
-  await envd?.close();
-});
-
 /** Every connection the test servers accepted, to end them all at the last test. */
 const accepted: Socket[] = [];
 
 async function listening<T extends Server | HttpServer>(server: T, host: string, port = 0): Promise<number> {
   servers.push(server);
-  server.on('connection', (socket: Socket) => accepted.push(socket));
+  server.on('connection', (socket: Socket) => {
+    accepted.push(socket);
+    // A probe (accepts()) resets at once; steered, the reset reaches the test's own server, not a relay.
+    socket.on('error', () => {});
+  });
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);
     server.listen(port, host, () => resolve());
@@ -99,7 +95,19 @@ async function answersFrom(host: string, port: number, clientPort: number): Prom
   return inode !== undefined && socketInodes(relay).has(inode) && !socketInodes(process.pid).has(inode);
 }
 
-describe('loopback forward', () => {
+// Every behaviour holds on both paths: steered into the listener in the kernel (BPF sk_lookup), and relayed (--forward-steering off, or a kernel without BPF).
+describe.each([
+  { path: 'steered in the kernel', forwardSteering: true },
+  { path: 'relayed', forwardSteering: false },
+])('loopback forward, $path', ({ forwardSteering }) => {
+  beforeAll(async () => {
+    envd = await startServer({ forwardLoopback: true, forwardAddresses: [FORWARD], forwardSteering });
+  });
+  afterAll(async () => {
+    for (const server of servers.splice(0)) server.close();
+    await envd?.close();
+  });
+
   it('makes a 127.0.0.1 HTTP server reachable on the other address within a poll, with keep-alive on one connection', async () => {
     const peers = new Set<number | undefined>();
     const server = createHttpServer((request, response) => {
@@ -132,21 +140,37 @@ describe('loopback forward', () => {
     await waitFor(async () => !(await accepts(FORWARD, port)), 5_000, 'the forward to stop');
   });
 
-  it("copies in the splice relay, not in envd's event loop: the relay child holds both sockets of a connection, envd none", async () => {
-    const server = createServer((socket) => socket.pipe(socket));
-    const port = await listening(server, '127.0.0.1');
-    await forwarded(port);
-    const client = connect({ host: FORWARD, port });
-    client.write('ping');
-    await new Promise((resolve) => client.once('data', resolve));
-    const relay = childrenOf(process.pid).find((pid) => cmdline(pid).includes('--forward'));
-    expect(relay, 'an envd-holder --forward child').toBeDefined();
-    // The relay holds the client's socket (taken from envd) and its own connection to the listener.
-    const { localPort } = client;
-    expect(socketInodes(relay!).size).toBeGreaterThanOrEqual(2);
-    expect(await answersFrom(FORWARD, port, localPort!)).toBe(true);
-    client.destroy();
-  });
+  it(
+    forwardSteering
+      ? 'hands a connection to the listener itself: the server sees the client as its peer, and the relay does not hold it'
+      : "copies in the splice relay, not in envd's event loop: the relay child holds both sockets of a connection, envd none",
+    async () => {
+      const peers: (number | undefined)[] = [];
+      const server = createServer((socket) => {
+        peers.push(socket.remotePort);
+        socket.pipe(socket);
+      });
+      const port = await listening(server, '127.0.0.1');
+      await forwarded(port);
+      if (forwardSteering) await waitFor(() => envd.app.envd.ports.forwarder.steering.isSteered(FORWARD, port), 5_000, 'the port to be steered');
+      const client = connect({ host: FORWARD, port });
+      client.write('ping');
+      await new Promise((resolve) => client.once('data', resolve));
+      const relay = childrenOf(process.pid).find((pid) => cmdline(pid).includes('--forward'));
+      expect(relay, 'an envd-holder --forward child').toBeDefined();
+      const { localPort } = client;
+      if (forwardSteering) {
+        expect(peers.at(-1)).toBe(localPort); // (the earlier ones are forwarded()'s probes)
+        // Its accepted end is the test server's own socket, not one of the relay's.
+        expect(await answersFrom(FORWARD, port, localPort!)).toBe(false);
+      } else {
+        // The relay holds the client's socket (taken from envd) and its own connection to the listener.
+        expect(socketInodes(relay!).size).toBeGreaterThanOrEqual(2);
+        expect(await answersFrom(FORWARD, port, localPort!)).toBe(true);
+      }
+      client.destroy();
+    },
+  );
 
   it('forwards a ::1 listener too', async () => {
     const server = createHttpServer((_request, response) => response.end('six'));
@@ -230,7 +254,8 @@ describe('loopback forward', () => {
     const port = await listening(server, '127.0.0.1');
     await forwarded(port);
     expect((await envd.call('POST', '/init', { forward_loopback: false })).status).toBe(204);
-    expect(await accepts(FORWARD, port)).toBe(false);
+    // Steered, the relay is told to delete the key after the answer was written: a moment later at most.
+    await waitFor(async () => !(await accepts(FORWARD, port)), 2_000, 'the forward to stop');
     expect((await envd.call('POST', '/init', { forward_loopback: true })).status).toBe(204);
     await forwarded(port);
     expect((await envd.call('POST', '/init', { forward_loopback: 'no' })).status).toBe(400);
@@ -238,7 +263,7 @@ describe('loopback forward', () => {
 
   it('ends with its connections: nothing left open once the clients and servers are done', async () => {
     // Servers that never answered a probe hold half-closed connections open, as they may: end them.
-    for (const socket of accepted) socket.destroy();
+    for (const socket of accepted.splice(0)) socket.destroy();
     await waitFor(() => envd.app.envd.ports.forwarder.connectionCount === 0, 5_000, 'no forwarded connection left');
   });
 });
