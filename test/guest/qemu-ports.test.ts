@@ -65,7 +65,7 @@ describe('ports and the loopback forward in a qemu VM (busybox + musl image)', (
 
     // Steered by envd's sk_lookup program in the guest's 6.1 kernel: httpd saw qemu's host side (10.0.2.2), not a relay's 127.0.0.1,
     // and the relay child holds the BPF link.
-    const peer = await (await fetch(`${vm!.extraUrls[HTTPD_PORT]}/cgi-bin/peer`, { signal: AbortSignal.timeout(10_000) })).text();
+    const peer = await (await fetch(`${guest!.vm.extraUrls[HTTPD_PORT]}/cgi-bin/peer`, { signal: AbortSignal.timeout(10_000) })).text();
     console.log(`ports: httpd saw the peer ${peer.trim()}`);
     expect(peer.trim()).toBe('10.0.2.2');
     expect((await run(client, 'ls -l /proc/*/fd 2>/dev/null | grep -c bpf_link', { user: 'root' })).stdout.trim()).toBe('1');
