@@ -66,12 +66,7 @@ export class ForwardSteering {
   }
 }
 
-/**
- * The listener of the address's family: 127.0.0.1 (::1) before any other
- * loopback address, so that another forwarder's listener on 127.0.0.x (a
- * second envd on one test machine) is never preferred to the server's own.
- */
+/** The listener of the address's family (targets are 127.0.0.1 and ::1 only: loopback-forward.ts). */
 function pickListener(targets: readonly PortEntry[], address: string): PortEntry | undefined {
-  const family = targets.filter((target) => isIPv4(target.address) === isIPv4(address));
-  return family.find((target) => target.address === '127.0.0.1' || target.address === '::1') ?? family[0];
+  return targets.find((target) => isIPv4(target.address) === isIPv4(address));
 }

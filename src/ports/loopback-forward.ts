@@ -4,7 +4,7 @@ import { ForwardBuffers, pump } from './byte-pump.js';
 import type { ForwardRelay } from './forward-relay.js';
 import { ForwardSteering } from './forward-steering.js';
 import type { PortEntry, PortListener, PortTable } from './port-table.js';
-import { isLoopback } from './proc-net.js';
+import { isForwardedLoopback } from './proc-net.js';
 import { UdpFlowBudget, UdpPortForward } from './udp-forward.js';
 
 /**
@@ -24,7 +24,7 @@ interface PortForward {
 }
 
 /**
- * Makes every TCP listener (and bound UDP socket, udp-forward.ts) bound only to loopback (127.0.0.0/8, ::1) reachable
+ * Makes every TCP listener (and bound UDP socket, udp-forward.ts) bound only to loopback (127.0.0.1, ::1) reachable
  * on the guest's other addresses, on the same port: a dev server that binds
  * 127.0.0.1 (most do by default) is reached by the traffic proxy at the
  * guest's address. envd listens there while the loopback listener is there
@@ -135,9 +135,15 @@ export class LoopbackForwarder implements PortListener {
     this.udpForwards.delete(entry.port);
   }
 
-  /** A loopback TCP listener or bound UDP socket that is not envd's own (a forward address may itself be loopback, 127.0.0.2 in tests). */
+  /**
+   * A TCP listener or bound UDP socket on 127.0.0.1 or ::1 that is not envd's own (a forward address may
+   * itself be loopback, 127.0.0.2 in tests). Not the rest of 127.0.0.0/8: a resolver's stub
+   * (127.0.0.53) is not meant for the outside, and a second envd's forwarding listener on
+   * 127.0.0.x (two on one test machine) would otherwise be taken for a server, each keeping the
+   * other's forward open after the real server closed.
+   */
   private isTarget(entry: PortEntry): boolean {
-    return isLoopback(entry.address) && !this.isOwn(entry) && !this.addresses().includes(entry.address);
+    return isForwardedLoopback(entry.address) && !this.isOwn(entry) && !this.addresses().includes(entry.address);
   }
 
   private isOwn(entry: PortEntry): boolean {

@@ -118,6 +118,11 @@ export function decodeAddress(hex: string): string | undefined {
   return new SocketAddress({ address: groups.join(':'), family: 'ipv6' }).address;
 }
 
+/** The loopback addresses whose servers the forward makes reachable: 127.0.0.1, ::1, and 127.0.0.1 mapped into IPv6. */
+export function isForwardedLoopback(address: string): boolean {
+  return address === '127.0.0.1' || address === '::1' || address === '::ffff:127.0.0.1';
+}
+
 /** 127.0.0.0/8, ::1, and IPv4 loopback mapped into IPv6. */
 export function isLoopback(address: string): boolean {
   return address.startsWith('127.') || address === '::1' || address.startsWith('::ffff:127.');

@@ -172,6 +172,16 @@ describe.each([
     },
   );
 
+  it('leaves a server on another 127.x address alone (a resolver stub on 127.0.0.53 is not for the outside)', async () => {
+    const stub = createServer();
+    const port = await listening(stub, '127.0.0.4');
+    await waitFor(async () => (await envd.json('GET', '/ports')).body.ports.some((p: any) => p.port === port && p.address === '127.0.0.4'), 5_000, 'the 127.0.0.4 listener to be listed');
+    // A 127.0.0.1 server opened after it is forwarded: by then the forward has seen the first one too.
+    const later = await listening(createServer(), '127.0.0.1');
+    await forwarded(later);
+    expect(await accepts(FORWARD, port)).toBe(false);
+  });
+
   it('forwards a ::1 listener too', async () => {
     const server = createHttpServer((_request, response) => response.end('six'));
     const port = await listening(server, '::1');
