@@ -7,16 +7,21 @@
  * threads do it on the other CPUs while the event loop walks the tree, and
  * only the files that can match come back to JavaScript, still open.
  *
- *   scanFiles(dirfds, names, reader, needle, firstBytes, maxBytes, stop)
- *     -> Promise<Float64Array>: 3 numbers a file: its verdict (or -errno when
+ *   scanFiles(dirfds, names, reader, needle, firstBytes, maxBytes, stop, arena)
+ *     -> Promise<Float64Array>: 4 numbers a file: its verdict (or -errno when
  *     it could not be opened as a regular file the reader may read), the
- *     descriptor of a candidate (-1 otherwise) and fstat's size.
+ *     descriptor of a candidate left open (-1 otherwise), fstat's size, and
+ *     where in `arena` a candidate's bytes are (-1: not there).
  *   dirfds: Int32Array, each file's directory; names: Buffer, each name
  *   followed by a NUL byte; reader: Int32Array [uid, gid...] or null (no
  *   check); needle: Buffer or null; firstBytes: how many bytes the caller's
  *   first read takes (the binary check without a needle); maxBytes: files
  *   larger are skipped (0: no limit); stop: Int32Array whose [0] the caller
- *   sets to end the batch early (a disconnect, the time budget).
+ *   sets to end the batch early (a disconnect, the time budget); arena: a
+ *   Buffer the job copies small candidates into (all of a file that fits the
+ *   first read): those come back closed, and the event loop reads nothing.
+ *   At most MAX_OPEN_CANDIDATES candidates a job stay open; the rest come
+ *   back as "reopen", so a search's descriptors stay few whatever it matches.
  *
  * The verdict is conservative: "no match" only when the caller's own scan
  * (scan.ts) could not find one. That scan stops at the first chunk holding a
@@ -44,18 +49,24 @@
 #define SCAN_READ_BYTES (64 * 1024)
 /** A longer needle is not searched here (every file is then a candidate): the carry between reads must fit the buffer. */
 #define MAX_NEEDLE_BYTES (SCAN_READ_BYTES / 4)
-#define RESULT_FIELDS 3
+#define RESULT_FIELDS 4
+/** Candidates a job leaves open (larger than the first read, or the arena full); past this they are closed and reopened by the caller. */
+#define MAX_OPEN_CANDIDATES 16
 
 /** Verdicts, as file-batches.ts reads them. */
 #define SKIPPED 0   /* empty or over maxBytes: not searched */
 #define NO_MATCH 1  /* searched: no match can be in it */
 #define CANDIDATE 2 /* may match: left open for the caller's scan */
 #define NOT_REACHED 3 /* the batch was stopped first */
+#define REOPEN 4      /* may match, but closed (MAX_OPEN_CANDIDATES): the caller opens it again */
 
 typedef struct {
   napi_async_work work;
   napi_deferred deferred;
   napi_ref stop_ref;
+  napi_ref arena_ref;
+  uint8_t *arena;
+  size_t arena_length;
   const volatile int32_t *stop;
   size_t count;
   int32_t *dirfds;
@@ -71,6 +82,7 @@ typedef struct {
 
 static void free_batch(napi_env env, batch_t *batch) {
   if (batch->stop_ref) napi_delete_reference(env, batch->stop_ref);
+  if (batch->arena_ref) napi_delete_reference(env, batch->arena_ref);
   if (batch->work) napi_delete_async_work(env, batch->work);
   free(batch->dirfds);
   free(batch->names);
@@ -96,15 +108,16 @@ static ssize_t read_at(int fd, uint8_t *into, size_t want, off_t offset) {
 }
 
 /** Without a needle: a candidate unless the caller's first read (`first_bytes`, at most SCAN_READ_BYTES) would hold a NUL byte (binary). */
-static int first_read_verdict(int fd, size_t size, size_t first_bytes, uint8_t *buffer) {
+static int first_read_verdict(int fd, size_t size, size_t first_bytes, uint8_t *buffer, size_t *held) {
   size_t want = size < first_bytes ? size : first_bytes;
   ssize_t got = read_at(fd, buffer, want, 0);
   if (got < 0) return (int)got;
+  *held = (size_t)got;
   return memchr(buffer, 0, (size_t)got) != NULL ? NO_MATCH : CANDIDATE;
 }
 
 /** With a needle: a candidate when it occurs before the first NUL byte within fstat's size. Reads carry needle-1 bytes over. */
-static int needle_verdict(const batch_t *batch, int fd, size_t size, uint8_t *buffer) {
+static int needle_verdict(const batch_t *batch, int fd, size_t size, uint8_t *buffer, size_t *held) {
   size_t keep = 0;
   size_t offset = 0;
   while (offset < size) {
@@ -118,7 +131,11 @@ static int needle_verdict(const batch_t *batch, int fd, size_t size, uint8_t *bu
     size_t end = keep + (size_t)got;
     const uint8_t *nul = memchr(buffer + keep, 0, (size_t)got);
     size_t limit = nul ? (size_t)(nul - buffer) : end;
-    if (find_bytes(buffer, limit, batch->needle, batch->needle_length) >= 0) return CANDIDATE;
+    if (find_bytes(buffer, limit, batch->needle, batch->needle_length) >= 0) {
+      // Found in the first read: the buffer holds the file's first bytes.
+      if (keep == 0 && offset == (size_t)got) *held = (size_t)got;
+      return CANDIDATE;
+    }
     if (nul) return NO_MATCH;
     keep = batch->needle_length - 1 < end ? batch->needle_length - 1 : end;
     memmove(buffer, buffer + end - keep, keep);
@@ -131,11 +148,14 @@ static void scan_files(napi_env env, void *data) {
   batch_t *batch = data;
   uint8_t *buffer = malloc(SCAN_READ_BYTES);
   const char *name = batch->names;
+  size_t arena_used = 0;
+  size_t open_candidates = 0;
   for (size_t i = 0; i < batch->count; i++, name += strlen(name) + 1) {
     double *out = batch->results + i * RESULT_FIELDS;
     out[0] = NOT_REACHED;
     out[1] = -1;
     out[2] = 0;
+    out[3] = -1;
     if (buffer == NULL) {
       out[0] = -ENOMEM;
       continue;
@@ -150,12 +170,25 @@ static void scan_files(napi_env env, void *data) {
     out[2] = (double)st.st_size;
     size_t size = (size_t)st.st_size;
     // Empty (or /proc's and /sys's size-0 pseudo-files, some of which block a read) or over the limit: not searched.
+    size_t held = 0;
     int verdict = size == 0 || (batch->max_bytes > 0 && (double)size > batch->max_bytes) ? SKIPPED
-                  : batch->needle ? needle_verdict(batch, fd, size, buffer)
-                                  : first_read_verdict(fd, size, batch->first_bytes, buffer);
+                  : batch->needle ? needle_verdict(batch, fd, size, buffer, &held)
+                                  : first_read_verdict(fd, size, batch->first_bytes, buffer, &held);
+    if (verdict == CANDIDATE && held == size && size <= batch->first_bytes && batch->arena_length - arena_used >= size) {
+      // All of it fits the caller's first read: the bytes go back, the descriptor is closed.
+      memcpy(batch->arena + arena_used, buffer, size);
+      out[3] = (double)arena_used;
+      arena_used += size;
+    } else if (verdict == CANDIDATE && open_candidates < MAX_OPEN_CANDIDATES) {
+      open_candidates++;
+      out[0] = verdict;
+      out[1] = fd;
+      continue;
+    } else if (verdict == CANDIDATE) {
+      verdict = REOPEN;
+    }
     out[0] = verdict;
-    if (verdict == CANDIDATE) out[1] = fd;
-    else close(fd);
+    close(fd);
   }
   free(buffer);
 }
@@ -201,9 +234,9 @@ static bool copy_bytes(napi_env env, napi_value value, void **copy, size_t *leng
 }
 
 napi_value search_batch_scan_files(napi_env env, napi_callback_info info) {
-  size_t argc = 7;
-  napi_value argv[7];
-  if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok || argc != 7) return NULL;
+  size_t argc = 8;
+  napi_value argv[8];
+  if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok || argc != 8) return NULL;
   batch_t *batch = calloc(1, sizeof *batch);
   if (batch == NULL) return NULL;
   size_t dir_count, names_length;
@@ -214,7 +247,8 @@ napi_value search_batch_scan_files(napi_env env, napi_callback_info info) {
   bool ok = copy_bytes(env, argv[0], (void **)&batch->dirfds, &dir_count, 4) && batch->dirfds && copy_bytes(env, argv[1], (void **)&batch->names, &names_length, 1) && batch->names &&
             copy_bytes(env, argv[2], (void **)&batch->reader, &batch->reader_length, 4) && copy_bytes(env, argv[3], (void **)&batch->needle, &batch->needle_length, 1) &&
             napi_get_value_double(env, argv[4], &first_bytes) == napi_ok && first_bytes >= 0 && napi_get_value_double(env, argv[5], &batch->max_bytes) == napi_ok &&
-            napi_get_typedarray_info(env, argv[6], &kind, &stop_length, &stop, NULL, NULL) == napi_ok && kind == napi_int32_array && stop_length >= 1;
+            napi_get_typedarray_info(env, argv[6], &kind, &stop_length, &stop, NULL, NULL) == napi_ok && kind == napi_int32_array && stop_length >= 1 &&
+            napi_get_buffer_info(env, argv[7], (void **)&batch->arena, &batch->arena_length) == napi_ok;
   if (ok) {
     // As many NUL-terminated names as directories, and nothing after the last.
     size_t names = 0;
@@ -230,11 +264,12 @@ napi_value search_batch_scan_files(napi_env env, napi_callback_info info) {
   batch->stop = stop;
   batch->results = ok ? calloc(dir_count ? dir_count * RESULT_FIELDS : 1, sizeof(double)) : NULL;
   napi_value promise, name;
-  if (!ok || batch->results == NULL || napi_create_reference(env, argv[6], 1, &batch->stop_ref) != napi_ok || napi_create_promise(env, &batch->deferred, &promise) != napi_ok ||
+  if (!ok || batch->results == NULL || napi_create_reference(env, argv[6], 1, &batch->stop_ref) != napi_ok ||
+      napi_create_reference(env, argv[7], 1, &batch->arena_ref) != napi_ok || napi_create_promise(env, &batch->deferred, &promise) != napi_ok ||
       napi_create_string_utf8(env, "envd-search-batch", NAPI_AUTO_LENGTH, &name) != napi_ok ||
       napi_create_async_work(env, NULL, name, scan_files, complete, batch, &batch->work) != napi_ok || napi_queue_async_work(env, batch->work) != napi_ok) {
     free_batch(env, batch);
-    napi_throw_type_error(env, NULL, "scanFiles(dirfds: Int32Array, names: Buffer, reader, needle, firstBytes, maxBytes, stop: Int32Array)");
+    napi_throw_type_error(env, NULL, "scanFiles(dirfds: Int32Array, names: Buffer, reader, needle, firstBytes, maxBytes, stop: Int32Array, arena: Buffer)");
     return NULL;
   }
   return promise;

@@ -18,10 +18,11 @@ export interface SearchCalls {
   /**
    * One thread-pool job over a batch of files (src/native/search-batch.c): each opened as
    * openFileAt does, then checked for the needle before its first NUL byte (without a needle:
-   * a NUL in the first `firstBytes`). Resolves with 3 numbers a file: verdict or -errno,
-   * the descriptor of a candidate (left open), fstat's size. `stop[0] = 1` ends it early.
+   * a NUL in the first `firstBytes`). Resolves with 4 numbers a file: verdict or -errno,
+   * the descriptor of a candidate left open (-1 otherwise), fstat's size, where a small
+   * candidate's bytes are in `arena` (-1: not there). `stop[0] = 1` ends it early.
    */
-  scanFiles(dirfds: Int32Array, names: Buffer, reader: Int32Array | null, needle: Buffer | null, firstBytes: number, maxBytes: number, stop: Int32Array): Promise<Float64Array>;
+  scanFiles(dirfds: Int32Array, names: Buffer, reader: Int32Array | null, needle: Buffer | null, firstBytes: number, maxBytes: number, stop: Int32Array, arena: Buffer): Promise<Float64Array>;
   countNewlines(bytes: Uint8Array): number;
   /** Where `needle` first occurs in `bytes`, or -1 (as Buffer.indexOf, 2-3 times faster). */
   findNeedle(bytes: Uint8Array, needle: Uint8Array): number;

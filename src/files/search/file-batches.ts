@@ -25,20 +25,30 @@ export const SEARCH_BATCHES_IN_FLIGHT = 3;
  * SEARCH_BATCHES_IN_FLIGHT times this, whatever the sizes of its files.
  */
 export const SEARCH_BATCH_READ_BYTES = 64 * 1024;
+/**
+ * Each job copies its small candidates (all of a file that fits the scan's
+ * first read) into an arena of this size, so the event loop neither opens nor
+ * reads them again; the rest stay open (at most 16 a job, search-batch.c) or
+ * are reopened. A search holds SEARCH_BATCHES_IN_FLIGHT arenas, reused.
+ */
+export const SEARCH_BATCH_ARENA_BYTES = 512 * 1024;
 
 /** search-batch.c's verdicts; a negative one is -errno (not opened, as a file the walk may not read). */
-export const Verdict = { skipped: 0, noMatch: 1, candidate: 2, notReached: 3 } as const;
-const FIELDS = 3;
+export const Verdict = { skipped: 0, noMatch: 1, candidate: 2, notReached: 3, reopen: 4 } as const;
+const FIELDS = 4;
 
 export interface Batch {
   entries: WalkEntry[];
-  /** Set once the job has finished: 3 numbers a file (verdict, candidate's fd, size). */
+  /** Set once the job has finished: 4 numbers a file (verdict, candidate's fd, size, where its bytes are in `arena`). */
   results: Float64Array | undefined;
   /** Resolves when the job has finished (or failed: `failure`). */
   done: Promise<void>;
   failure: unknown;
   /** How many of `entries` the search has taken (their candidates' descriptors are the search's to close). */
   taken: number;
+  arena: Buffer;
+  /** The directories of `entries`, held open until the batch is taken: a file the job closed is reopened through them. */
+  held: OpenDir[];
 }
 
 export class FileBatches {
@@ -47,6 +57,8 @@ export class FileBatches {
   private filling: WalkEntry[] = [];
   private readonly queue: Batch[] = [];
   private readonly reader: Int32Array | null;
+  /** Arenas of batches taken, for the next ones. */
+  private readonly arenas: Buffer[] = [];
 
   constructor(
     private readonly calls: SearchCalls,
@@ -93,17 +105,13 @@ export class FileBatches {
       }
     }
     const joined = names.length === 0 ? Buffer.from(text) : Buffer.concat([...names, Buffer.from(text)]);
-    const batch: Batch = { entries, results: undefined, done: Promise.resolve(), failure: undefined, taken: 0 };
-    const release = () => {
-      for (const dir of held) dir.release();
-    };
-    batch.done = this.calls.scanFiles(dirfds, joined, this.reader, this.needle ?? null, this.firstBytes, this.maxBytes, this.stopFlag).then(
+    const arena = this.arenas.pop() ?? Buffer.allocUnsafeSlow(SEARCH_BATCH_ARENA_BYTES);
+    const batch: Batch = { entries, results: undefined, done: Promise.resolve(), failure: undefined, taken: 0, arena, held };
+    batch.done = this.calls.scanFiles(dirfds, joined, this.reader, this.needle ?? null, this.firstBytes, this.maxBytes, this.stopFlag, arena).then(
       (results) => {
-        release();
         batch.results = results;
       },
       (error: unknown) => {
-        release();
         batch.failure = error ?? new Error('search batch failed');
       },
     );
@@ -121,14 +129,20 @@ export class FileBatches {
 
   /** Drops the head once the search has taken all its files. */
   shift(): void {
-    this.queue.shift();
+    const batch = this.queue.shift();
+    if (batch) this.finished(batch);
   }
 
-  /** A file's verdict, descriptor and size. */
-  static result(batch: Batch, index: number): { verdict: number; fd: number; size: number } {
+  private finished(batch: Batch): void {
+    for (const dir of batch.held) dir.release();
+    this.arenas.push(batch.arena);
+  }
+
+  /** A file's verdict, descriptor, size and where its bytes are in the batch's arena (-1: not there). */
+  static result(batch: Batch, index: number): { verdict: number; fd: number; size: number; at: number } {
     const at = index * FIELDS;
     const results = batch.results!;
-    return { verdict: results[at]!, fd: results[at + 1]!, size: results[at + 2]! };
+    return { verdict: results[at]!, fd: results[at + 1]!, size: results[at + 2]!, at: results[at + 3]! };
   }
 
   /**
@@ -143,6 +157,7 @@ export class FileBatches {
     const batches = this.queue.splice(0);
     await Promise.all(batches.map((batch) => batch.done));
     for (const batch of batches) {
+      this.finished(batch);
       if (!batch.results) continue;
       for (let i = batch.taken; i < batch.entries.length; i++) {
         const { verdict, fd } = FileBatches.result(batch, i);

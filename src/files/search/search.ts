@@ -136,18 +136,22 @@ async function runSearch(request: SearchRequest, sink: SearchSink, file: { fd: n
   async function searchInline(): Promise<void> {
     for (const entry of walk) {
       if (performance.now() > sliceEnd && !(await pause())) return;
-      // A file of the walk is opened and its first chunk read in one step.
-      const opened = entry.dir.startFile(entry.name, request.walk.reader, buffer, request.scan.maxFileBytes);
-      // Empty files have nothing to match, and /proc's and /sys's pseudo-files say size 0: some (kmsg) block a read forever.
-      if (!opened || opened.size === 0 || (request.scan.maxFileBytes > 0 && opened.size > request.scan.maxFileBytes)) {
-        if (opened && opened.fd >= 0) closeSync(opened.fd);
-        continue;
-      }
-      try {
-        if (!(await scanOpened(opened, entry))) return;
-      } finally {
-        if (opened.fd >= 0) closeSync(opened.fd);
-      }
+      if (!(await openAndScan(entry))) return;
+    }
+  }
+
+  /** Opens a file of the walk and reads its first chunk in one step, then scans it; false: the search stops. */
+  async function openAndScan(entry: WalkEntry): Promise<boolean> {
+    const opened = entry.dir.startFile(entry.name, request.walk.reader, buffer, request.scan.maxFileBytes);
+    // Empty files have nothing to match, and /proc's and /sys's pseudo-files say size 0: some (kmsg) block a read forever.
+    if (!opened || opened.size === 0 || (request.scan.maxFileBytes > 0 && opened.size > request.scan.maxFileBytes)) {
+      if (opened && opened.fd >= 0) closeSync(opened.fd);
+      return true;
+    }
+    try {
+      return await scanOpened(opened, entry);
+    } finally {
+      if (opened.fd >= 0) closeSync(opened.fd);
     }
   }
 
@@ -173,9 +177,19 @@ async function runSearch(request: SearchRequest, sink: SearchSink, file: { fd: n
     const take = async (batch: Batch): Promise<boolean> => {
       while (batch.taken < batch.entries.length) {
         const entry = batch.entries[batch.taken]!;
-        const { verdict, fd, size } = FileBatches.result(batch, batch.taken++);
+        const { verdict, fd, size, at } = FileBatches.result(batch, batch.taken++);
         if (verdict === Verdict.noMatch) summary.files_scanned++;
+        if (verdict === Verdict.reopen) {
+          if (!(await openAndScan(entry))) return false;
+          continue;
+        }
         if (verdict !== Verdict.candidate) continue;
+        if (fd < 0) {
+          // All of it came back in the arena: scanned from the search's buffer, as a first read.
+          batch.arena.copy(buffer, 0, at, at + size);
+          if (!(await scanOpened({ fd, size, length: size }, entry))) return false;
+          continue;
+        }
         try {
           if (!(await scanOpened({ fd, size, length: undefined }, entry))) return false;
         } finally {
