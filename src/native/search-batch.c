@@ -161,6 +161,11 @@ static void scan_files(napi_env env, void *data) {
       continue;
     }
     if (stopped(batch)) continue;
+    // One name, never a path (the walk's names come from readdir, but the rule is checked where it matters).
+    if (name[0] == '\0' || strchr(name, '/') != NULL) {
+      out[0] = -EINVAL;
+      continue;
+    }
     struct stat st;
     int fd = open_child_checked(batch->dirfds[i], name, batch->reader, batch->reader_length, 0, S_IFREG, 4, &st);
     if (fd < 0) {
