@@ -49,6 +49,13 @@
 #define SCAN_READ_BYTES (64 * 1024)
 /** A longer needle is not searched here (every file is then a candidate): the carry between reads must fit the buffer. */
 #define MAX_NEEDLE_BYTES (SCAN_READ_BYTES / 4)
+/**
+ * Past this many bytes read by one job, a file is read no further than its
+ * first read: it is a candidate, scanned in slices on the event loop. A job
+ * then stays short (libuv's pool also serves envd's other file calls) even
+ * over a tree of large logs: at most this plus one read a file.
+ */
+#define JOB_READ_BUDGET (4 * 1024 * 1024)
 #define RESULT_FIELDS 4
 /** Candidates a job leaves open (larger than the first read, or the arena full); past this they are closed and reopened by the caller. */
 #define MAX_OPEN_CANDIDATES 16
@@ -78,6 +85,7 @@ typedef struct {
   size_t first_bytes;
   double max_bytes;
   double *results;
+  size_t bytes_read;
 } batch_t;
 
 static void free_batch(napi_env env, batch_t *batch) {
@@ -117,17 +125,19 @@ static int first_read_verdict(int fd, size_t size, size_t first_bytes, uint8_t *
 }
 
 /** With a needle: a candidate when it occurs before the first NUL byte within fstat's size. Reads carry needle-1 bytes over. */
-static int needle_verdict(const batch_t *batch, int fd, size_t size, uint8_t *buffer, size_t *held) {
+static int needle_verdict(batch_t *batch, int fd, size_t size, uint8_t *buffer, size_t *held) {
   size_t keep = 0;
   size_t offset = 0;
   while (offset < size) {
     if (stopped(batch)) return NOT_REACHED;
+    if (offset > 0 && batch->bytes_read >= JOB_READ_BUDGET) return CANDIDATE;
     size_t want = SCAN_READ_BYTES - keep;
     if (want > size - offset) want = size - offset;
     ssize_t got = read_at(fd, buffer + keep, want, (off_t)offset);
     if (got < 0) return (int)got;
     if (got == 0) break;
     offset += (size_t)got;
+    batch->bytes_read += (size_t)got;
     size_t end = keep + (size_t)got;
     const uint8_t *nul = memchr(buffer + keep, 0, (size_t)got);
     size_t limit = nul ? (size_t)(nul - buffer) : end;

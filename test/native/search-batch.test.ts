@@ -35,6 +35,7 @@ beforeAll(() => {
   symlinkSync(join(dir, 'hit.txt'), join(dir, 'link'));
   execFileSync('mkfifo', [join(dir, 'fifo')]);
   for (let i = 0; i < 40; i++) writeFileSync(join(dir, `big-${i}.txt`), `createServer\n${'z'.repeat(2 * READ)}\n`);
+  for (let i = 0; i < 8; i++) writeFileSync(join(dir, `log-${i}.txt`), 'line without it\n'.repeat(65_536));
   dirfd = openSync(dir, constants.O_RDONLY | constants.O_DIRECTORY);
   const loaded = loadSearchCalls(dir, createLogger('error'));
   if (!loaded) throw new Error('the addon did not load (npm run build)');
@@ -126,6 +127,14 @@ describe('scanFiles', () => {
     const results = await scan(['hit.txt', 'hit.txt', 'hit.txt'], { needle: 'createServer', arena: 30 });
     expect(results.map((result) => result.at)).toEqual([0, -1, -1]);
     expect(results.slice(1).every((result) => result.verdict === Verdict.candidate && result.fd >= 0)).toBe(true);
+    closeAll(results);
+  });
+
+  it('reads past the first read of a file only until the job has read 4 MiB: later large files are candidates, scanned by the caller', async () => {
+    const names = Array.from({ length: 8 }, (_, i) => `log-${i}.txt`);
+    const results = await scan(names, { needle: 'createServer' });
+    // 1 MiB each: four are read whole (no match), the rest only once past the budget.
+    expect(results.map((result) => result.verdict)).toEqual([...Array(4).fill(Verdict.noMatch), ...Array(4).fill(Verdict.candidate)]);
     closeAll(results);
   });
 
