@@ -122,3 +122,24 @@ describe('search in batches on the thread pool', () => {
     expect(openFds()).toBe(before);
   });
 });
+
+describe('a search of one file (path is a regular file)', () => {
+  const searchFile = async (path: string, maxFileBytes: number) =>
+    prepareSearch({
+      root: path,
+      pattern: compilePattern('createServer', true, 'smart'),
+      walk: { hidden: false, gitignore: true, include: [], exclude: [], reader: undefined, searchCalls: calls },
+      scan: { context: 0, maxPerFile: Number.POSITIVE_INFINITY, maxFileBytes, bytes: calls },
+      maxResults: Number.POSITIVE_INFINITY,
+      timeoutMs: 60_000,
+    })({ write: () => {}, waitForRoom: async () => {}, gone: false });
+
+  it('searches it, but not when it is empty (a size-0 pseudo-file may block a read) or over max_file_bytes', async () => {
+    const one = join(root, 'one.txt');
+    writeFileSync(one, 'createServer()\n');
+    writeFileSync(join(root, 'empty.txt'), '');
+    expect(await searchFile(one, 0)).toMatchObject({ files_scanned: 1, matches: 1 });
+    expect(await searchFile(join(root, 'empty.txt'), 0)).toMatchObject({ files_scanned: 0, matches: 0 });
+    expect(await searchFile(one, 4)).toMatchObject({ files_scanned: 0, matches: 0 });
+  });
+});

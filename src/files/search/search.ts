@@ -115,7 +115,8 @@ async function runSearch(request: SearchRequest, sink: SearchSink, file: { fd: n
 
   if (file) {
     try {
-      await scanOpened({ ...file, length: undefined }, undefined);
+      // Empty files have nothing to match, and /proc's and /sys's pseudo-files say size 0: some (kmsg) block a read forever.
+      if (file.size > 0 && !(request.scan.maxFileBytes > 0 && file.size > request.scan.maxFileBytes)) await scanOpened({ ...file, length: undefined }, undefined);
       return finish();
     } finally {
       closeSync(file.fd);
