@@ -107,7 +107,15 @@ export class FileBatches {
     const joined = names.length === 0 ? Buffer.from(text) : Buffer.concat([...names, Buffer.from(text)]);
     const arena = this.arenas.pop() ?? Buffer.allocUnsafeSlow(SEARCH_BATCH_ARENA_BYTES);
     const batch: Batch = { entries, results: undefined, done: Promise.resolve(), failure: undefined, taken: 0, arena, held };
-    batch.done = this.calls.scanFiles(dirfds, joined, this.reader, this.needle ?? null, this.firstBytes, this.maxBytes, this.stopFlag, arena).then(
+    let job: Promise<Float64Array>;
+    try {
+      job = this.calls.scanFiles(dirfds, joined, this.reader, this.needle ?? null, this.firstBytes, this.maxBytes, this.stopFlag, arena);
+    } catch (error) {
+      // Not queued (the addon refused its arguments): nothing holds these directories for it.
+      for (const dir of held) dir.release();
+      throw error;
+    }
+    batch.done = job.then(
       (results) => {
         batch.results = results;
       },
