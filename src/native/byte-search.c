@@ -64,8 +64,12 @@ napi_value find_needle(napi_env env, napi_callback_info info) {
   size_t length;
   size_t size;
   if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok || argc != 2 || !bytes_of(env, argv[0], &haystack, &length) || !bytes_of(env, argv[1], &needle, &size)) return NULL;
-  if (size == 0) return number(env, 0);
-  if (size > length) return number(env, -1);
+  return number(env, (double)find_bytes(haystack, length, needle, size));
+}
+
+long find_bytes(const uint8_t *haystack, size_t length, const uint8_t *needle, size_t size) {
+  if (size == 0) return 0;
+  if (size > length) return -1;
   size_t rare = 0;
   for (size_t i = 1; i < size; i++)
     if (commonness(needle[i]) < commonness(needle[rare])) rare = i;
@@ -73,8 +77,8 @@ napi_value find_needle(napi_env env, napi_callback_info info) {
   const uint8_t *at = haystack + rare;
   const uint8_t *last = haystack + (length - size) + rare;
   while (at <= last && (at = memchr(at, needle[rare], (size_t)(last - at) + 1)) != NULL) {
-    if (memcmp(at - rare, needle, size) == 0) return number(env, (double)(at - rare - haystack));
+    if (memcmp(at - rare, needle, size) == 0) return (long)(at - rare - haystack);
     at++;
   }
-  return number(env, -1);
+  return -1;
 }

@@ -18,6 +18,7 @@
 #include "file-batch.h"
 #include "open-at.h"
 #include "random-reseed.h"
+#include "search-batch.h"
 
 /** trim(): true when malloc_trim gave memory back. */
 static napi_value trim(napi_env env, napi_callback_info info) {
@@ -43,6 +44,8 @@ NAPI_MODULE_INIT() {
   if (napi_set_named_property(env, exports, "openDirAt", fn) != napi_ok) return NULL;
   if (napi_create_function(env, "listDir", NAPI_AUTO_LENGTH, list_dir, NULL, &fn) != napi_ok) return NULL;
   if (napi_set_named_property(env, exports, "listDir", fn) != napi_ok) return NULL;
+  if (napi_create_function(env, "scanFiles", NAPI_AUTO_LENGTH, search_batch_scan_files, NULL, &fn) != napi_ok) return NULL;
+  if (napi_set_named_property(env, exports, "scanFiles", fn) != napi_ok) return NULL;
   if (napi_create_function(env, "countNewlines", NAPI_AUTO_LENGTH, count_newlines, NULL, &fn) != napi_ok) return NULL;
   if (napi_set_named_property(env, exports, "countNewlines", fn) != napi_ok) return NULL;
   if (napi_create_function(env, "findNeedle", NAPI_AUTO_LENGTH, find_needle, NULL, &fn) != napi_ok) return NULL;

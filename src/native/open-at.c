@@ -84,17 +84,25 @@ static napi_value number(napi_env env, double value) {
   return napi_create_double(env, value, &result) == napi_ok ? result : NULL;
 }
 
-/** Opens `name` below `args->dirfd`, fstats it; -errno, or the descriptor when it is of `type` and gives the reader `bits`. */
-static int open_checked(const struct at_args *args, int flags, mode_t type, int bits, struct stat *st) {
-  int fd = openat(args->dirfd, args->name, flags | O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+/**
+ * Opens `name` below `dirfd`, fstats it; -errno, or the descriptor when it is
+ * of `type` and gives the reader `bits`. Also called from the thread pool
+ * (search-batch.c): it touches nothing but its arguments.
+ */
+int open_child_checked(int dirfd, const char *name, const int32_t *reader, size_t reader_length, int flags, unsigned type, int bits, struct stat *st) {
+  int fd = openat(dirfd, name, flags | O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
   if (fd < 0) return -errno;
   int error = 0;
   if (fstat(fd, st) != 0) error = errno;
   else if ((st->st_mode & S_IFMT) != type) error = type == S_IFDIR ? ENOTDIR : EINVAL;
-  else if ((reader_bits(st, args->reader, args->reader_length) & bits) != bits) error = EACCES;
+  else if ((reader_bits(st, reader, reader_length) & bits) != bits) error = EACCES;
   if (error == 0) return fd;
   close(fd);
   return -error;
+}
+
+static int open_checked(const struct at_args *args, int flags, mode_t type, int bits, struct stat *st) {
+  return open_child_checked(args->dirfd, args->name, args->reader, args->reader_length, flags, type, bits, st);
 }
 
 /**

@@ -4,7 +4,7 @@ import { addonPath, loadExports } from './malloc-trim.js';
 /**
  * The search's native calls, through the addon envd already loads:
  * openat(2) for the walk (src/native/open-at.c), a newline count and a
- * literal's search (byte-search.c). Both opens take a child of a directory descriptor with
+ * literal's search (byte-search.c), batches of files on the thread pool (search-batch.c). Both opens take a child of a directory descriptor with
  * O_NOFOLLOW|O_NONBLOCK and check the opened inode's type and the reader's
  * permission bits (`reader`: [uid, gid...], null for no check).
  */
@@ -15,6 +15,14 @@ export interface SearchCalls {
   openFileAt(dirfd: number, name: string | Buffer, reader: Int32Array | null, buffer: Buffer, maxBytes: number, out: Float64Array): number;
   /** The entries of a directory: type letter ('d', 'f', 'o') and name, separated by '/'; or -errno. Names that are not UTF-8 show U+FFFD. */
   listDir(dirfd: number): string | number;
+  /**
+   * One thread-pool job over a batch of files (src/native/search-batch.c): each opened as
+   * openFileAt does, then checked for the needle before its first NUL byte (without a needle:
+   * a NUL in the first `firstBytes`). Resolves with 4 numbers a file: verdict or -errno,
+   * the descriptor of a candidate left open (-1 otherwise), fstat's size, where a small
+   * candidate's bytes are in `arena` (-1: not there). `stop[0] = 1` ends it early.
+   */
+  scanFiles(dirfds: Int32Array, names: Buffer, reader: Int32Array | null, needle: Buffer | null, firstBytes: number, maxBytes: number, stop: Int32Array, arena: Buffer): Promise<Float64Array>;
   countNewlines(bytes: Uint8Array): number;
   /** Where `needle` first occurs in `bytes`, or -1 (as Buffer.indexOf, 2-3 times faster). */
   findNeedle(bytes: Uint8Array, needle: Uint8Array): number;
@@ -28,7 +36,7 @@ export interface SearchCalls {
 export function loadSearchCalls(stateDir: string, log: Logger, addon = (): string => addonPath(stateDir)): SearchCalls | undefined {
   try {
     const exports = loadExports(addon());
-    for (const name of ['openFileAt', 'openDirAt', 'listDir', 'countNewlines', 'findNeedle']) if (typeof exports[name] !== 'function') throw new Error(`the addon has no ${name}()`);
+    for (const name of ['openFileAt', 'openDirAt', 'listDir', 'scanFiles', 'countNewlines', 'findNeedle']) if (typeof exports[name] !== 'function') throw new Error(`the addon has no ${name}()`);
     return exports as unknown as SearchCalls;
   } catch (error) {
     log.warn({ err: error }, 'search and find cannot use their native calls (the addon did not load): they open paths under /proc/self/fd instead, more slowly');

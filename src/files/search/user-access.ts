@@ -62,7 +62,7 @@ const started = new Float64Array(3);
 
 /** The reader as the addon takes it, [uid, gid...], made once per reader. */
 const packedReaders = new WeakMap<Reader, Int32Array>();
-function packed(reader: Reader | undefined): Int32Array | null {
+export function packed(reader: Reader | undefined): Int32Array | null {
   if (!reader) return null;
   let ids = packedReaders.get(reader);
   if (!ids) packedReaders.set(reader, (ids = Int32Array.from([reader.uid, ...reader.gids])));
@@ -81,6 +81,10 @@ export const mayList = (stats: Stats, reader: Reader | undefined) => !reader || 
 
 /** An open directory of the walk: its descriptor, its path (for answers), and how to name its children. */
 export class OpenDir {
+  /** Batches in flight on the thread pool that open children through `fd` (file-batches.ts). */
+  private holds = 0;
+  private closeWhenFree = false;
+
   private constructor(
     readonly fd: number,
     readonly path: string,
@@ -232,8 +236,18 @@ export class OpenDir {
     }
   }
 
+  /** Keeps the descriptor open past close() until release(): a batch on the thread pool still opens children through it. */
+  hold(): void {
+    this.holds++;
+  }
+
+  release(): void {
+    if (--this.holds === 0 && this.closeWhenFree) closeSync(this.fd);
+  }
+
   close(): void {
-    closeSync(this.fd);
+    if (this.holds > 0) this.closeWhenFree = true;
+    else closeSync(this.fd);
   }
 }
 
