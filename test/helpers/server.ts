@@ -3,6 +3,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Writable } from 'node:stream';
+import { bearerClient } from './bearer-client.js';
 import { buildApp, type App, type AppDeps } from '../../src/app.js';
 import { useFileBatches } from '../../src/files/tar/file-batch.js';
 import { fileBatchCalls } from '../../src/native/malloc-trim.js';
@@ -122,21 +123,7 @@ export async function startServer(overrides: Partial<Config> = {}, deps: Pick<Ap
   if (!address || typeof address === 'string') throw new Error('no address');
   const url = `http://127.0.0.1:${address.port}`;
 
-  const call = (method: string, path: string, body?: unknown, init: RequestInit = {}) => {
-    const headers = new Headers(init.headers);
-    if (token && !headers.has('authorization')) headers.set('authorization', `Bearer ${token}`);
-    let payload = init.body;
-    if (body !== undefined) {
-      headers.set('content-type', 'application/json');
-      payload = JSON.stringify(body);
-    }
-    return fetch(url + path, { ...init, method, headers, body: payload });
-  };
-  const json = async (method: string, path: string, body?: unknown, init?: RequestInit) => {
-    const response = await call(method, path, body, init);
-    const text = await response.text();
-    return { status: response.status, body: text ? JSON.parse(text) : undefined };
-  };
+  const { call, json } = bearerClient(url, token);
   const close = async () => {
     await app.close();
     dirs?.remove();

@@ -5,19 +5,18 @@ import { randomBytes } from 'node:crypto';
 import { chownSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { bearerClient, type BearerClient } from '../helpers/bearer-client.js';
 import { commandUser } from '../helpers/command-user.js';
 import { startEnvdProcess, type EnvdProcess } from '../helpers/proc.js';
 import { startNginx, type Nginx } from './nginx.js';
 
-export interface ProxiedEnvd {
+/** Requests (call, json) go through nginx with the token. */
+export interface ProxiedEnvd extends BearerClient {
   envd: EnvdProcess;
   nginx: Nginx;
   /** A temporary directory of the test's own (the plain user's, when there is one). */
   dir: string;
   token: string;
-  /** A request through nginx with the token; a body other than undefined goes as JSON, else `init.body` as is. */
-  call(method: string, path: string, body?: unknown, init?: RequestInit): Promise<Response>;
-  json(method: string, path: string, body?: unknown): Promise<{ status: number; body: any }>;
   stop(): Promise<void>;
 }
 
@@ -59,21 +58,5 @@ export async function startProxiedEnvd(name: string, options: ProxiedOptions = {
     await stop();
     throw error;
   }
-  const url = nginx.url;
-  const call = (method: string, path: string, body?: unknown, init: RequestInit = {}): Promise<Response> => {
-    const headers = new Headers(init.headers);
-    headers.set('authorization', `Bearer ${token}`);
-    let payload = init.body;
-    if (body !== undefined) {
-      headers.set('content-type', 'application/json');
-      payload = JSON.stringify(body);
-    }
-    return fetch(url + path, { ...init, method, headers, body: payload, duplex: 'half' } as RequestInit);
-  };
-  const json = async (method: string, path: string, body?: unknown) => {
-    const response = await call(method, path, body);
-    const text = await response.text();
-    return { status: response.status, body: text ? JSON.parse(text) : undefined };
-  };
-  return { envd, nginx, dir, token, call, json, stop };
+  return { envd, nginx, dir, token, ...bearerClient(nginx.url, token), stop };
 }

@@ -5,6 +5,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { bearerClient } from '../helpers/bearer-client.js';
 import { countFds, rssBytes, startEnvdExecutable, waitFor, type EnvdProcess } from '../helpers/proc.js';
 import { createTestUser, isRoot, type TestUser } from '../helpers/users.js';
 import { MiB, report } from './harness.js';
@@ -63,16 +64,7 @@ async function startTarget(): Promise<Target> {
   // A budget for clients (issue 45) large enough for the 120 stalled downloads measured below: what each costs is
   // measured here; how many the default budget admits at once is test/memory-budget.test.ts's.
   const envd = await startEnvdExecutable(['--default-workdir', dir, '--default-user', user.name, '--client-memory-bytes', String(1024 * MiB)], { ENVD_ACCESS_TOKEN: token });
-  const call = (method: string, path: string, body?: unknown, init: RequestInit = {}) => {
-    const headers = new Headers(init.headers);
-    headers.set('authorization', `Bearer ${token}`);
-    let payload = init.body;
-    if (body !== undefined) {
-      headers.set('content-type', 'application/json');
-      payload = JSON.stringify(body);
-    }
-    return fetch(envd.url + path, { ...init, method, headers, body: payload });
-  };
+  const { call } = bearerClient(envd.url, token);
   return {
     envd, pid: envd.child.pid!, token, dir, user, call,
     async stop() {
