@@ -26,6 +26,8 @@ beforeAll(() => {
   writeFileSync(join(root, 'ignored', 'x.js'), 'createServer\n');
   writeFileSync(join(root, 'debug.log'), 'createServer\n');
   writeFileSync(Buffer.concat([Buffer.from(`${root}/src/`), Buffer.from([0x6e, 0xe9, 0x2e, 0x6a, 0x73])]), 'createServer in a latin-1 name\n');
+  // Names whose byte order is not JavaScript's string order: both paths list in byte order.
+  for (const name of ['\u{1F600}.js', '\uFF21.js', 'Z.js', 'b.js']) writeFileSync(join(root, 'src', name), 'createServer\n');
   const loaded = loadSearchCalls(root, createLogger('error'));
   if (!loaded) throw new Error('the addon did not load (npm run build)');
   calls = loaded;
@@ -53,6 +55,10 @@ describe('search without the addon', () => {
       const fallback = await searchWith(undefined, pattern, literal);
       expect(native.length).toBeGreaterThan(2);
       expect(fallback).toEqual(native);
+      if (literal) {
+        const order = native.flatMap((match) => ((match as { path?: string }).path?.match(/src\/([^/]+)\.js$/) ?? []).slice(1));
+        expect(order.filter((name) => ['\u{1F600}', '\uFF21', 'Z', 'b'].includes(name))).toEqual(['Z', 'b', '\uFF21', '\u{1F600}']);
+      }
     });
   }
 

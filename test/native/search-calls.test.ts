@@ -108,6 +108,25 @@ describe('openDirAt and listDir', () => {
     expect(calls.listDir(dirfd)).toBe(calls.listDir(dirfd));
     expect(calls.listDir(999_999)).toBeLessThan(0);
   });
+
+  it('lists in byte order of the names, across many getdents blocks', () => {
+    const big = mkdtempSync(join(tmpdir(), 'envd-list-order-'));
+    try {
+      // Byte order is not JavaScript's string order: U+1F600 (F0 9F 98 80) sorts after U+FF21 (EF BC A1) in bytes, before it in UTF-16.
+      const names = ['\u{1F600}', '\uFF21', 'B', 'a', 'Z', '10', '9', ...Array.from({ length: 3_000 }, (_, i) => `file-${'x'.repeat(i % 40)}-${i}`)];
+      for (const name of names) writeFileSync(join(big, name), '');
+      const fd = openSync(big, constants.O_RDONLY | constants.O_DIRECTORY);
+      try {
+        const listed = (calls.listDir(fd) as string).split('/').map((entry) => entry.slice(1));
+        expect(listed).toEqual(names.map((name) => Buffer.from(name)).sort(Buffer.compare).map((name) => name.toString()));
+        expect(listed.indexOf('\uFF21')).toBeLessThan(listed.indexOf('\u{1F600}'));
+      } finally {
+        closeSync(fd);
+      }
+    } finally {
+      rmSync(big, { recursive: true, force: true });
+    }
+  });
 });
 
 describe('countNewlines and findNeedle', () => {

@@ -35,7 +35,11 @@ export interface DirEntry {
   isFile: boolean;
 }
 
-const byName = (a: DirEntry, b: DirEntry) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0);
+/** In byte order of their names (ripgrep's `--sort path`), as the addon's listDir sorts them. */
+function sortByNameBytes(entries: DirEntry[]): DirEntry[] {
+  const keyed = entries.map((entry) => ({ entry, key: entry.raw ?? Buffer.from(entry.name) }));
+  return keyed.sort((a, b) => Buffer.compare(a.key, b.key)).map(({ entry }) => entry);
+}
 
 /** Whose permissions apply; undefined: no check (envd is not root, or the user is root). */
 export interface Reader {
@@ -122,14 +126,14 @@ export class OpenDir {
     return typeof name === 'string' ? prefix + name : Buffer.concat([Buffer.from(prefix), name]);
   }
 
-  /** The entries, sorted by name so answers are stable; undefined when the directory vanished meanwhile. */
+  /** The entries, in byte order of their names so answers are stable; undefined when the directory vanished meanwhile. */
   entries(): DirEntry[] | undefined {
     if (this.searchCalls) {
       const listed = this.searchCalls.listDir(this.fd);
       if (typeof listed === 'number') return undefined;
       if (listed === '') return [];
       // A name that is not UTF-8 (it decodes with U+FFFD): the directory is read again as bytes, below.
-      if (!listed.includes('\uFFFD')) return listed.split('/').map((entry) => ({ name: entry.slice(1), raw: undefined, isDir: entry[0] === 'd', isFile: entry[0] === 'f' })).sort(byName);
+      if (!listed.includes('\uFFFD')) return listed.split('/').map((entry) => ({ name: entry.slice(1), raw: undefined, isDir: entry[0] === 'd', isFile: entry[0] === 'f' }));
     }
     const path = HAS_PROC_FD ? `/proc/self/fd/${this.fd}` : this.path;
     try {
@@ -137,11 +141,11 @@ export class OpenDir {
       // directory with a name that is not UTF-8 (it decodes with U+FFFD) is read again as bytes.
       const list = readdirSync(path, { withFileTypes: true });
       if (!list.some((entry) => entry.name.includes('\uFFFD'))) {
-        return list.map((entry) => ({ name: entry.name, raw: undefined, isDir: entry.isDirectory(), isFile: entry.isFile() })).sort(byName);
+        return sortByNameBytes(list.map((entry) => ({ name: entry.name, raw: undefined, isDir: entry.isDirectory(), isFile: entry.isFile() })));
       }
-      return readdirSync(path, { withFileTypes: true, encoding: 'buffer' })
-        .map((entry) => ({ name: entry.name.toString('utf8'), raw: isUtf8(entry.name) ? undefined : entry.name, isDir: entry.isDirectory(), isFile: entry.isFile() }))
-        .sort(byName);
+      return sortByNameBytes(
+        readdirSync(path, { withFileTypes: true, encoding: 'buffer' }).map((entry) => ({ name: entry.name.toString('utf8'), raw: isUtf8(entry.name) ? undefined : entry.name, isDir: entry.isDirectory(), isFile: entry.isFile() })),
+      );
     } catch {
       return undefined;
     }

@@ -111,12 +111,12 @@ function* walkDirectory(dir: OpenDir, rel: string, relBytes: Buffer | undefined,
 /** ripgrep's order: overrides (`-g`) first, then the ignore files, then hidden; a whitelist skips the later checks. */
 function decide(rel: string, name: string, isDir: boolean, levels: Level[], context: WalkContext): Verdict {
   if (context.overrides.length > 0) {
-    const verdict = judge(context.overrides, rel, isDir);
+    const verdict = judge(context.overrides, rel, isDir, name);
     if (verdict !== undefined) return verdict;
     // With includes, a file no include matched is left out; a directory is still entered.
     if (context.hasIncludes && !isDir) return 'ignore';
   }
-  const ignored = levels.length > 0 ? judgeIgnoreFiles(rel, isDir, levels) : undefined;
+  const ignored = levels.length > 0 ? judgeIgnoreFiles(rel, name, isDir, levels) : undefined;
   if (ignored !== undefined) return ignored;
   if (!context.options.hidden && name.startsWith('.')) return 'ignore';
   return undefined;
@@ -127,7 +127,7 @@ function decide(rel: string, name: string, isDir: boolean, levels: Level[], cont
  * `.ignore` files beat `.gitignore` files at any depth. `.gitignore` counts
  * only inside a git repository, and not above the nearest one.
  */
-function judgeIgnoreFiles(rel: string, isDir: boolean, levels: Level[]): Verdict {
+function judgeIgnoreFiles(rel: string, name: string, isDir: boolean, levels: Level[]): Verdict {
   let fromIgnore: Verdict;
   let fromGit: Verdict;
   let fromExclude: Verdict;
@@ -136,10 +136,10 @@ function judgeIgnoreFiles(rel: string, isDir: boolean, levels: Level[]): Verdict
   for (let i = levels.length - 1; i >= 0; i--) {
     const level = levels[i]!;
     const path = relativeTo(level, rel);
-    if (fromIgnore === undefined && level.ignore.length > 0) fromIgnore = judge(level.ignore, path, isDir);
+    if (fromIgnore === undefined && level.ignore.length > 0) fromIgnore = judge(level.ignore, path, isDir, name);
     if (anyGit && !sawGit) {
-      if (fromGit === undefined && level.git.length > 0) fromGit = judge(level.git, path, isDir);
-      if (fromExclude === undefined && level.exclude.length > 0) fromExclude = judge(level.exclude, path, isDir);
+      if (fromGit === undefined && level.git.length > 0) fromGit = judge(level.git, path, isDir, name);
+      if (fromExclude === undefined && level.exclude.length > 0) fromExclude = judge(level.exclude, path, isDir, name);
     }
     sawGit ||= level.hasGit;
   }
