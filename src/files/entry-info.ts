@@ -19,17 +19,20 @@ export interface EntryInfo {
   symlink_target?: string;
 }
 
+/** What an entry info shows of an inode: fs's Stats, or find's from the addon's statAt (user-access.ts). */
+export type EntryStats = Pick<Stats, 'mode' | 'size' | 'uid' | 'gid' | 'mtime' | 'isFile' | 'isDirectory' | 'isSymbolicLink' | 'isCharacterDevice' | 'isBlockDevice' | 'isFIFO' | 'isSocket'>;
+
 /**
  * `type` has three values in the contract; sockets, fifos and devices are
  * reported as "file" (the `permissions` string's first letter tells them apart).
  */
-function typeOf(stats: Stats): EntryInfo['type'] {
+function typeOf(stats: EntryStats): EntryInfo['type'] {
   if (stats.isSymbolicLink()) return 'symlink';
   if (stats.isDirectory()) return 'dir';
   return 'file';
 }
 
-function typeLetter(stats: Stats): string {
+function typeLetter(stats: EntryStats): string {
   if (stats.isDirectory()) return 'd';
   if (stats.isSymbolicLink()) return 'l';
   if (stats.isCharacterDevice()) return 'c';
@@ -40,7 +43,7 @@ function typeLetter(stats: Stats): string {
 }
 
 /** `ls -l` style: `drwxr-xr-x`, with setuid/setgid/sticky shown as s/S, s/S, t/T. */
-export function formatPermissions(stats: Stats): string {
+export function formatPermissions(stats: EntryStats): string {
   const m = stats.mode;
   const triplet = (shift: number, special: number, on: string, off: string) => {
     const x = (m >> shift) & 1;
@@ -55,25 +58,30 @@ export function formatPermissions(stats: Stats): string {
  * where fs finds it when that is not `path` itself: a dirfd-relative
  * spelling (user-path.ts) in a directory a user can change.
  */
-export async function describeEntry(path: string, names: OwnerNames, stats?: Stats, at = path): Promise<EntryInfo> {
+export async function describeEntry(path: string, names: OwnerNames, stats?: EntryStats, at = path): Promise<EntryInfo> {
   try {
     stats ??= await lstat(at);
-    const entry: EntryInfo = {
-      name: basename(path) || '/',
-      path,
-      type: typeOf(stats),
-      size: stats.isDirectory() ? 0 : stats.size,
-      mode: stats.mode & 0o7777,
-      permissions: formatPermissions(stats),
-      owner: names.user(stats.uid),
-      group: names.group(stats.gid),
-      modified_at: stats.mtime.toISOString(),
-    };
+    const entry = describeStats(path, names, stats);
     if (stats.isSymbolicLink()) entry.symlink_target = await readlink(at);
     return entry;
   } catch (error) {
     throw errnoToHttpError(error, path);
   }
+}
+
+/** The entry info of `stats`, found at `path`, without a symlink's target. */
+export function describeStats(path: string, names: OwnerNames, stats: EntryStats): EntryInfo {
+  return {
+    name: basename(path) || '/',
+    path,
+    type: typeOf(stats),
+    size: stats.isDirectory() ? 0 : stats.size,
+    mode: stats.mode & 0o7777,
+    permissions: formatPermissions(stats),
+    owner: names.user(stats.uid),
+    group: names.group(stats.gid),
+    modified_at: stats.mtime.toISOString(),
+  };
 }
 
 /**

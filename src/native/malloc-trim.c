@@ -8,7 +8,7 @@
  * Only libc and Node-API, which the Node binary exports. The addon also
  * carries reseed() (random-reseed.c), the tar writer's openEntries() and
  * readFiles() (file-batch.c), and the search's openFileAt(), openDirAt(),
- * listDir() (open-at.c), countNewlines() and findNeedle() (byte-search.c): one
+ * listDir(), statAt() (open-at.c), countNewlines() and findNeedle() (byte-search.c): one
  * shared object for envd's few in-process native calls.
  */
 #include <malloc.h>
@@ -44,6 +44,8 @@ NAPI_MODULE_INIT() {
   if (napi_set_named_property(env, exports, "openDirAt", fn) != napi_ok) return NULL;
   if (napi_create_function(env, "listDir", NAPI_AUTO_LENGTH, list_dir, NULL, &fn) != napi_ok) return NULL;
   if (napi_set_named_property(env, exports, "listDir", fn) != napi_ok) return NULL;
+  if (napi_create_function(env, "statAt", NAPI_AUTO_LENGTH, stat_at, NULL, &fn) != napi_ok) return NULL;
+  if (napi_set_named_property(env, exports, "statAt", fn) != napi_ok) return NULL;
   if (napi_create_function(env, "scanFiles", NAPI_AUTO_LENGTH, search_batch_scan_files, NULL, &fn) != napi_ok) return NULL;
   if (napi_set_named_property(env, exports, "scanFiles", fn) != napi_ok) return NULL;
   if (napi_create_function(env, "countNewlines", NAPI_AUTO_LENGTH, count_newlines, NULL, &fn) != napi_ok) return NULL;

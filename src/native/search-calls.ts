@@ -15,6 +15,8 @@ export interface SearchCalls {
   openFileAt(dirfd: number, name: string | Buffer, reader: Int32Array | null, buffer: Buffer, maxBytes: number, out: Float64Array): number;
   /** The entries of a directory: type letter ('d', 'f', 'o') and name, separated by '/'; or -errno. Names that are not UTF-8 show U+FFFD. */
   listDir(dirfd: number): string | number;
+  /** lstat of a child (fstatat without following): 0 with `out` = [mode, uid, gid, size, mtime in ms], or -errno. */
+  statAt(dirfd: number, name: string | Buffer, out: Float64Array): number;
   /**
    * One thread-pool job over a batch of files (src/native/search-batch.c): each opened as
    * openFileAt does, then checked for the needle before its first NUL byte (without a needle:
@@ -36,7 +38,7 @@ export interface SearchCalls {
 export function loadSearchCalls(stateDir: string, log: Logger, addon = (): string => addonPath(stateDir)): SearchCalls | undefined {
   try {
     const exports = loadExports(addon());
-    for (const name of ['openFileAt', 'openDirAt', 'listDir', 'scanFiles', 'countNewlines', 'findNeedle']) if (typeof exports[name] !== 'function') throw new Error(`the addon has no ${name}()`);
+    for (const name of ['openFileAt', 'openDirAt', 'listDir', 'statAt', 'scanFiles', 'countNewlines', 'findNeedle']) if (typeof exports[name] !== 'function') throw new Error(`the addon has no ${name}()`);
     return exports as unknown as SearchCalls;
   } catch (error) {
     log.warn({ err: error }, 'search and find cannot use their native calls (the addon did not load): they open paths under /proc/self/fd instead, more slowly');

@@ -178,6 +178,11 @@ describe.skipIf(!hasRg)('GET /files/find equals rg --files -g', () => {
     const file = (await envdFiles('glob=app.js')).body.entries[0];
     expect(file).toMatchObject({ name: 'app.js', path: join(tree, 'src/app.js'), type: 'file', permissions: '-rw-r--r--' });
     expect(file.size).toBeGreaterThan(0);
+    // Each entry info is what /files/info answers for the same path (find's lstat goes through the addon's statAt).
+    for (const entry of (await envdFiles('glob=**/*.js&type=any')).body.entries.slice(0, 5)) {
+      const info = await server.call('GET', `/files/info?path=${encodeURIComponent(entry.path)}`);
+      expect(entry).toEqual(await info.json());
+    }
     const capped = (await envdFiles('max_results=2')).body;
     expect(capped.entries).toHaveLength(2);
     expect(capped.truncated).toBe(true);

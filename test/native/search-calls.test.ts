@@ -1,4 +1,4 @@
-import { closeSync, constants, mkdirSync, mkdtempSync, openSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { closeSync, constants, lstatSync, mkdirSync, mkdtempSync, openSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { execFileSync } from 'node:child_process';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -126,6 +126,22 @@ describe('openDirAt and listDir', () => {
     } finally {
       rmSync(big, { recursive: true, force: true });
     }
+  });
+});
+
+describe('statAt', () => {
+  it("gives lstat's mode, owner, size and mtime of a child, a symlink's own, and refuses a path", () => {
+    const stats = new Float64Array(5);
+    for (const name of ['small.txt', 'sub', 'link', 'secret']) {
+      expect(calls.statAt(dirfd, name, stats)).toBe(0);
+      const expected = lstatSync(join(dir, name));
+      expect([...stats]).toEqual([expected.mode, expected.uid, expected.gid, expected.size, expected.mtimeMs]);
+    }
+    expect(calls.statAt(dirfd, Buffer.from([0x63, 0x61, 0x66, 0xe9]), stats)).toBe(0);
+    expect(stats[3]).toBe(5);
+    expect(calls.statAt(dirfd, 'missing', stats)).toBe(ENOENT);
+    expect(calls.statAt(dirfd, 'sub/../small.txt', stats)).toBe(EINVAL);
+    expect(calls.statAt(dirfd, 'small.txt', new Float64Array(2))).toBe(EINVAL);
   });
 });
 

@@ -1,5 +1,5 @@
 import { setImmediate as nextTurn } from 'node:timers/promises';
-import { describeEntry } from '../entry-info.js';
+import { describeStats } from '../entry-info.js';
 import type { OwnerNames } from '../owner-names.js';
 import { SEARCH_SLICE_MS, type SearchSink } from './search.js';
 import { OpenDir } from './user-access.js';
@@ -42,13 +42,14 @@ export function prepareFind(request: FindRequest): (sink: SearchSink) => Promise
         }
         if (entry.isDir ? request.type === 'file' || (request.glob !== undefined && !entry.included) : request.type === 'dir') continue;
         const stats = entry.dir.statChild(entry.name);
-        if (!stats) continue;
+        // Gone, or swapped for a symlink since its directory was listed: the walk lists no symlinks.
+        if (!stats || stats.isSymbolicLink()) continue;
         if (listed === request.maxResults) {
           truncated = true;
           break;
         }
         const path = `${root.path === '/' ? '' : root.path}/${entry.rel}`;
-        const info = await describeEntry(path, request.names, stats);
+        const info = describeStats(path, request.names, stats);
         const exact = entry.relBytes ? { path_base64: Buffer.concat([Buffer.from(`${root.path === '/' ? '' : root.path}/`), entry.relBytes]).toString('base64') } : {};
         out += `${listed === 0 ? '' : ','}${JSON.stringify({ ...info, ...exact })}`;
         listed++;
