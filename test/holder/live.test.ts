@@ -226,7 +226,9 @@ describe('envd-holder live channel', () => {
     expect(messages.at(-1)).toMatchObject({ type: 'exit', exitCode: 4, signal: 0, truncated: { stdout: false, stderr: false } });
     expect(messages.filter((m) => m.type === 'reaped')).toEqual([]); // it was reaped before this client came
     const { log } = await finished(holder);
-    expect(log.stdout.length).toBe(3_000_000);
+    // Past the stall the holder read on: at least the pipe's buffered bytes. All 3 MB only if the pipeline never
+    // paused for the 200 ms grace after the reap, which a starved machine does not promise (it flaked under load).
+    expect(log.stdout.length).toBeGreaterThan(stalled);
     expect(log.stdout.every((byte) => byte === 0x72)).toBe(true);
   });
 
