@@ -87,6 +87,15 @@ static int reader_bits(const struct stat *st, const int32_t *reader, size_t leng
   return st->st_mode & 7;
 }
 
+/** The data of a Float64Array of at least `length` numbers (a caller's results), or NULL. */
+static double *float64_out(napi_env env, napi_value value, size_t length) {
+  napi_typedarray_type kind;
+  size_t have;
+  void *data;
+  if (napi_get_typedarray_info(env, value, &kind, &have, &data, NULL, NULL) != napi_ok || kind != napi_float64_array || have < length) return NULL;
+  return data;
+}
+
 static napi_value number(napi_env env, double value) {
   napi_value result;
   return napi_create_double(env, value, &result) == napi_ok ? result : NULL;
@@ -144,13 +153,10 @@ napi_value stat_at(napi_env env, napi_callback_info info) {
   if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok || argc != 3) return NULL;
   int status = read_dirfd_and_name(env, argv, &args);
   if (status != 0) return number(env, status);
-  napi_typedarray_type kind;
-  size_t out_length;
-  void *out_data;
-  if (napi_get_typedarray_info(env, argv[2], &kind, &out_length, &out_data, NULL, NULL) != napi_ok || kind != napi_float64_array || out_length < STAT_FIELDS) return number(env, -EINVAL);
+  double *out = float64_out(env, argv[2], STAT_FIELDS);
+  if (out == NULL) return number(env, -EINVAL);
   struct stat st;
   if (fstatat(args.dirfd, args.name, &st, AT_SYMLINK_NOFOLLOW) != 0) return number(env, -errno);
-  double *out = out_data;
   out[STAT_MODE] = st.st_mode;
   out[STAT_UID] = st.st_uid;
   out[STAT_GID] = st.st_gid;
@@ -176,14 +182,8 @@ napi_value open_file_at(napi_env env, napi_callback_info info) {
   void *buffer;
   size_t capacity;
   double max_bytes;
-  napi_typedarray_type kind;
-  size_t out_length;
-  void *out_data;
-  if (napi_get_buffer_info(env, argv[3], &buffer, &capacity) != napi_ok || napi_get_value_double(env, argv[4], &max_bytes) != napi_ok ||
-      napi_get_typedarray_info(env, argv[5], &kind, &out_length, &out_data, NULL, NULL) != napi_ok || kind != napi_float64_array || out_length < 3) {
-    return number(env, -EINVAL);
-  }
-  double *out = out_data;
+  double *out = float64_out(env, argv[5], 3);
+  if (napi_get_buffer_info(env, argv[3], &buffer, &capacity) != napi_ok || napi_get_value_double(env, argv[4], &max_bytes) != napi_ok || out == NULL) return number(env, -EINVAL);
   struct stat st;
   int fd = open_checked(&args, 0, S_IFREG, 4, &st);
   if (fd < 0) return number(env, fd);
