@@ -267,12 +267,12 @@ function buildSingleExecutable() {
  */
 function buildMallocTrimAddon() {
   // malloc-trim.c registers the addon's functions; random-reseed.c, file-batch.c, open-at.c, byte-search.c and search-batch.c are the others.
-  const sources = ['src/native/malloc-trim.c', 'src/native/random-reseed.c', 'src/native/file-batch.c', 'src/native/open-at.c', 'src/native/byte-search.c', 'src/native/search-batch.c'];
+  const sources = ['src/native/malloc-trim.c', 'src/native/random-reseed.c', 'src/native/file-batch.c', 'src/native/open-at.c', 'src/native/list-dir.c', 'src/native/byte-search.c', 'src/native/search-batch.c'];
   const output = 'dist/envd-malloc-trim.node';
   const headers = nodeApiHeaders();
   const flags = ['-std=c11', '-O2', '-Wall', '-Wextra', '-Werror', '-s', '-shared', '-fPIC', `-I${headers}`];
   const hash = createHash('sha256').update(JSON.stringify(flags)).update(readFileSync(`${headers}/node_api.h`));
-  for (const header of ['random-reseed.h', 'file-batch.h', 'open-at.h', 'byte-search.h', 'search-batch.h']) hash.update(readFileSync(`src/native/${header}`));
+  for (const header of ['random-reseed.h', 'file-batch.h', 'open-at.h', 'list-dir.h', 'byte-search.h', 'search-batch.h']) hash.update(readFileSync(`src/native/${header}`));
   for (const source of sources) hash.update(readFileSync(source));
   const inputs = hash.digest('hex');
   const stampFile = `${output}.inputs`;

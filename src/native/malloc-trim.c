@@ -8,7 +8,7 @@
  * Only libc and Node-API, which the Node binary exports. The addon also
  * carries reseed() (random-reseed.c), the tar writer's openEntries() and
  * readFiles() (file-batch.c), and the search's openFileAt(), openDirAt(),
- * listDir(), statAt() (open-at.c), countNewlines() and findNeedle() (byte-search.c): one
+ * statAt() (open-at.c), listDir() (list-dir.c), countNewlines() and findNeedle() (byte-search.c): one
  * shared object for envd's few in-process native calls.
  */
 #include <malloc.h>
@@ -16,6 +16,7 @@
 
 #include "byte-search.h"
 #include "file-batch.h"
+#include "list-dir.h"
 #include "open-at.h"
 #include "random-reseed.h"
 #include "search-batch.h"

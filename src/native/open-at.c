@@ -7,9 +7,8 @@
  * the hostile-path way (O_NOFOLLOW|O_NONBLOCK, so a planted symlink or FIFO
  * opens nothing and blocks nothing), checks the opened inode with fstat (its
  * type, the reader's permission bits) and, for a file, reads its first bytes,
- * closing it when that was all of it. listDir reads a directory through its
- * descriptor into one string, sorted, where Node's readdir needed a path and
- * made an object per entry; statAt is find's lstat of a listed child.
+ * closing it when that was all of it. statAt is find's lstat of a listed
+ * child. Listing is in list-dir.c.
  *
  * Results are negative errno values or counts; sizes and descriptors go into
  * the caller's Float64Array, so no call allocates a JavaScript object.
@@ -17,13 +16,10 @@
 #define _GNU_SOURCE
 #include "open-at.h"
 
-#include <dirent.h>
 #include <errno.h>
-#include <stdlib.h>
 #include <fcntl.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 /** A name longer than NAME_MAX cannot be a directory entry; the buffer holds it and its NUL. */
@@ -211,115 +207,4 @@ napi_value open_file_at(napi_env env, napi_callback_info info) {
     out[OUT_FD] = fd;
   }
   return number(env, 0);
-}
-
-/** The type letter of an entry: 'd' directory, 'f' regular file, 'o' anything else (symlinks included: never followed). */
-static char type_letter(int dirfd, const char *name, unsigned char type) {
-  if (type == DT_UNKNOWN) {
-    // Some filesystems do not fill d_type: ask the inode, without following a symlink.
-    struct stat st;
-    if (fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) != 0) return 'o';
-    type = S_ISDIR(st.st_mode) ? DT_DIR : S_ISREG(st.st_mode) ? DT_REG : DT_UNKNOWN;
-  }
-  return type == DT_DIR ? 'd' : type == DT_REG ? 'f' : 'o';
-}
-
-/** One entry of a listing while it is sorted: where its type letter and name start in the text, and the name's length. */
-struct listed {
-  size_t at;
-  size_t length;
-};
-
-static int by_name_bytes(const void *a, const void *b, void *text) {
-  const struct listed *x = a, *y = b;
-  size_t shorter = x->length < y->length ? x->length : y->length;
-  int order = memcmp((char *)text + x->at + 1, (char *)text + y->at + 1, shorter);
-  return order != 0 ? order : (x->length > y->length) - (x->length < y->length);
-}
-
-/** Appends `length` bytes to a growing buffer; ENOMEM when it cannot grow. */
-static int append(char **text, size_t *used, size_t *capacity, const void *bytes, size_t length) {
-  if (*used + length > *capacity) {
-    size_t wanted = *capacity;
-    while (*used + length > wanted) wanted *= 2;
-    char *grown = realloc(*text, wanted);
-    if (grown == NULL) return ENOMEM;
-    *text = grown;
-    *capacity = wanted;
-  }
-  memcpy(*text + *used, bytes, length);
-  *used += length;
-  return 0;
-}
-
-/** Reads the whole directory with getdents64 into `*text` as type letter + name, NUL after each; their places go into `*entries`. */
-static int read_entries(int dirfd, char **text, size_t *used, struct listed **entries, size_t *count) {
-  size_t capacity = 4096, slots = 64;
-  *text = malloc(capacity);
-  *entries = malloc(slots * sizeof **entries);
-  *used = *count = 0;
-  if (*text == NULL || *entries == NULL) return ENOMEM;
-  // The walk lists each descriptor once, fresh; from the start all the same.
-  if (lseek(dirfd, 0, SEEK_SET) < 0) return errno;
-  static _Thread_local char block[32 * 1024];
-  for (;;) {
-    long got = syscall(SYS_getdents64, dirfd, block, sizeof block);
-    if (got < 0 && errno == EINTR) continue;
-    if (got < 0) return errno;
-    if (got == 0) return 0;
-    for (long at = 0; at < got;) {
-      struct dirent64 *entry = (struct dirent64 *)(block + at);
-      at += entry->d_reclen;
-      const char *name = entry->d_name;
-      if (name[0] == '.' && (name[1] == '\0' || (name[1] == '.' && name[2] == '\0'))) continue;
-      if (*count == slots) {
-        struct listed *grown = realloc(*entries, (slots *= 2) * sizeof **entries);
-        if (grown == NULL) return ENOMEM;
-        *entries = grown;
-      }
-      size_t length = strlen(name);
-      (*entries)[(*count)++] = (struct listed){*used, length};
-      char letter = type_letter(dirfd, name, entry->d_type);
-      int error = append(text, used, &capacity, &letter, 1);
-      if (error == 0) error = append(text, used, &capacity, name, length + 1);
-      if (error != 0) return error;
-    }
-  }
-}
-
-/**
- * listDir(dirfd): the directory's entries in byte order of their names (as
- * ripgrep's --sort path), as one string, each its type letter and its name,
- * separated by '/' (which no name holds); "" when empty, -errno when it
- * cannot be read. Names are decoded as UTF-8, invalid bytes as U+FFFD (the
- * caller reads such a directory again by bytes). getdents64 on the
- * descriptor itself: fdopendir needed a duplicate and three more calls.
- */
-napi_value list_dir(napi_env env, napi_callback_info info) {
-  size_t argc = 1;
-  napi_value argv[1];
-  int dirfd;
-  if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok || argc != 1 || napi_get_value_int32(env, argv[0], &dirfd) != napi_ok) return NULL;
-  char *text = NULL, *sorted = NULL;
-  struct listed *entries = NULL;
-  size_t used = 0, count = 0;
-  int error = read_entries(dirfd, &text, &used, &entries, &count);
-  if (error == 0 && (sorted = malloc(used + 1)) == NULL) error = ENOMEM;
-  napi_value result = NULL;
-  if (error != 0) {
-    result = number(env, -error);
-  } else {
-    qsort_r(entries, count, sizeof *entries, by_name_bytes, text);
-    size_t out = 0;
-    for (size_t i = 0; i < count; i++) {
-      if (i > 0) sorted[out++] = '/';
-      memcpy(sorted + out, text + entries[i].at, entries[i].length + 1);
-      out += entries[i].length + 1;
-    }
-    if (napi_create_string_utf8(env, sorted, out, &result) != napi_ok) result = NULL;
-  }
-  free(sorted);
-  free(entries);
-  free(text);
-  return result;
 }

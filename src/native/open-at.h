@@ -1,4 +1,4 @@
-/* open-at.h — the addon's openFileAt, openDirAt, listDir and statAt (open-at.c). */
+/* open-at.h — the addon's openFileAt, openDirAt and statAt (open-at.c). */
 #ifndef ENVD_OPEN_AT_H
 #define ENVD_OPEN_AT_H
 #include <node_api.h>
@@ -9,7 +9,6 @@ int open_child_checked(int dirfd, const char *name, const int32_t *reader, size_
 
 napi_value open_file_at(napi_env env, napi_callback_info info);
 napi_value open_dir_at(napi_env env, napi_callback_info info);
-napi_value list_dir(napi_env env, napi_callback_info info);
 napi_value stat_at(napi_env env, napi_callback_info info);
 
 #endif

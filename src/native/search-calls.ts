@@ -13,8 +13,13 @@ export interface SearchCalls {
   openDirAt(dirfd: number, name: string | Buffer, reader: Int32Array | null): number;
   /** A regular file the reader may read, its first bytes read into `buffer` (none when empty or over `maxBytes` > 0): 0 with `out` = [size, fd or -1 once closed, bytes read], or -errno. */
   openFileAt(dirfd: number, name: string | Buffer, reader: Int32Array | null, buffer: Buffer, maxBytes: number, out: Float64Array): number;
-  /** The entries of a directory in byte order of their names: type letter ('d', 'f', 'o') and name, separated by '/'; or -errno. Names that are not UTF-8 show U+FFFD. */
-  listDir(dirfd: number): string | number;
+  /**
+   * The next part of a directory's entries (src/native/list-dir.c), about `maxBytes` of names
+   * at most: type letter ('d', 'f', 'o') and name, joined by '/', and a '/' after the last when
+   * more follow (call again with `fromStart` false); all of it sorted by the names' bytes when it
+   * fits one call. A Buffer when some name is not UTF-8; -errno when it cannot be read.
+   */
+  listDir(dirfd: number, fromStart: boolean, maxBytes: number): string | Buffer | number;
   /** lstat of a child (fstatat without following): 0 with `out` = [mode, uid, gid, size, mtime in ms], or -errno. */
   statAt(dirfd: number, name: string | Buffer, out: Float64Array): number;
   /**

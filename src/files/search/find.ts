@@ -25,7 +25,8 @@ export interface FindRequest {
 export function prepareFind(request: FindRequest): (sink: SearchSink) => Promise<{ listed: number; truncated: boolean }> {
   const root = OpenDir.openRoot(request.root, request.walk.reader, request.walk.searchCalls);
   return async (sink) => {
-    const walk = walkTree(root, { ...request.walk, include: request.glob === undefined ? [] : [request.glob] }, request.type !== 'file');
+    const report = { tooDeep: 0 };
+    const walk = walkTree(root, { ...request.walk, include: request.glob === undefined ? [] : [request.glob] }, request.type !== 'file', report);
     let listed = 0;
     let truncated = false;
     let out = '{"entries":[';
@@ -54,6 +55,8 @@ export function prepareFind(request: FindRequest): (sink: SearchSink) => Promise
         out += `${listed === 0 ? '' : ','}${JSON.stringify({ ...info, ...exact })}`;
         listed++;
       }
+      // Directories past the walk's depth were not entered: the list is not all there is.
+      truncated ||= report.tooDeep > 0;
       sink.write(`${out}],"truncated":${truncated}}`);
       return { listed, truncated };
     } finally {

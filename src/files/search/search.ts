@@ -37,7 +37,7 @@ export interface SearchSummary {
   files_scanned: number;
   files_matched: number;
   matches: number;
-  /** max_results was reached, or the time budget ran out (`timed_out`). */
+  /** max_results was reached, the time budget ran out (`timed_out`), or directories past the walk's depth (256) were left out. */
   truncated: boolean;
   timed_out: boolean;
   elapsed_ms: number;
@@ -122,11 +122,14 @@ async function runSearch(request: SearchRequest, sink: SearchSink, file: { fd: n
       closeSync(file.fd);
     }
   }
-  const walk = walkTree(root!, request.walk, false);
+  const report = { tooDeep: 0 };
+  const walk = walkTree(root!, request.walk, false, report);
   const calls = request.walk.searchCalls;
   try {
     if (calls) await searchOnPool(calls);
     else await searchInline();
+    // Directories past the walk's depth were not searched: the answer is not all there is.
+    if (report.tooDeep > 0) summary.truncated = true;
     return finish();
   } finally {
     walk.return();

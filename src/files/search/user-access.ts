@@ -36,6 +36,29 @@ export interface DirEntry {
   isFile: boolean;
 }
 
+/** listDir's text: type letter and name, joined by '/' (and one after the last when more follow). */
+function parseListing(listed: string, more: boolean): DirEntry[] {
+  if (listed === '') return [];
+  return (more ? listed.slice(0, -1) : listed).split('/').map((entry) => ({ name: entry.slice(1), raw: undefined, isDir: entry[0] === 'd', isFile: entry[0] === 'f' }));
+}
+
+/** The same as bytes (a name in it is not UTF-8): names that are not UTF-8 keep their bytes to be opened by. */
+function parseListingBytes(listed: Buffer, more: boolean): DirEntry[] {
+  const entries: DirEntry[] = [];
+  const end = more ? listed.length - 1 : listed.length;
+  for (let at = 0; at < end; ) {
+    const slash = listed.indexOf(0x2f, at);
+    const next = slash === -1 || slash > end ? end : slash;
+    entries.push(byteEntry(listed.subarray(at + 1, next), listed[at] === 0x64, listed[at] === 0x66));
+    at = next + 1;
+  }
+  return entries;
+}
+
+function byteEntry(name: Buffer, isDir: boolean, isFile: boolean): DirEntry {
+  return { name: name.toString('utf8'), raw: isUtf8(name) ? undefined : Buffer.from(name), isDir, isFile };
+}
+
 /** In byte order of their names (ripgrep's `--sort path`), as the addon's listDir sorts them. */
 function sortByNameBytes(entries: DirEntry[]): DirEntry[] {
   const keyed = entries.map((entry) => ({ entry, key: entry.raw ?? Buffer.from(entry.name) }));
@@ -180,26 +203,32 @@ export class OpenDir {
     return typeof name === 'string' ? prefix + name : Buffer.concat([Buffer.from(prefix), name]);
   }
 
-  /** The entries, in byte order of their names so answers are stable; undefined when the directory vanished meanwhile. */
-  entries(): DirEntry[] | undefined {
+  /**
+   * The next part of the directory's entries (`fromStart`: its first), and
+   * whether more follow; undefined when it vanished meanwhile. With the addon
+   * a directory whose names fit `maxBytes` (list-dir.c) comes whole, in
+   * byte order of the names so answers are stable; a larger one comes in
+   * chunks in the file system's order, so a walk holds a bounded part of any
+   * directory. Without the addon every directory comes whole and sorted.
+   */
+  listChunk(fromStart: boolean, maxBytes: number): { entries: DirEntry[]; more: boolean; bytes: number } | undefined {
     if (this.searchCalls) {
-      const listed = this.searchCalls.listDir(this.fd);
+      const listed = this.searchCalls.listDir(this.fd, fromStart, maxBytes);
       if (typeof listed === 'number') return undefined;
-      if (listed === '') return [];
-      // A name that is not UTF-8 (it decodes with U+FFFD): the directory is read again as bytes, below.
-      if (!listed.includes('\uFFFD')) return listed.split('/').map((entry) => ({ name: entry.slice(1), raw: undefined, isDir: entry[0] === 'd', isFile: entry[0] === 'f' }));
+      const more = listed.length > 0 && (typeof listed === 'string' ? listed.endsWith('/') : listed[listed.length - 1] === 0x2f);
+      return { entries: typeof listed === 'string' ? parseListing(listed, more) : parseListingBytes(listed, more), more, bytes: listed.length };
     }
+    if (!fromStart) return { entries: [], more: false, bytes: 0 };
     const path = HAS_PROC_FD ? `/proc/self/fd/${this.fd}` : this.path;
     try {
       // Names as strings (a Buffer per name cost a quarter of a search in garbage collection); a
       // directory with a name that is not UTF-8 (it decodes with U+FFFD) is read again as bytes.
       const list = readdirSync(path, { withFileTypes: true });
       if (!list.some((entry) => entry.name.includes('\uFFFD'))) {
-        return sortByNameBytes(list.map((entry) => ({ name: entry.name, raw: undefined, isDir: entry.isDirectory(), isFile: entry.isFile() })));
+        return { entries: sortByNameBytes(list.map((entry) => ({ name: entry.name, raw: undefined, isDir: entry.isDirectory(), isFile: entry.isFile() }))), more: false, bytes: 0 };
       }
-      return sortByNameBytes(
-        readdirSync(path, { withFileTypes: true, encoding: 'buffer' }).map((entry) => ({ name: entry.name.toString('utf8'), raw: isUtf8(entry.name) ? undefined : entry.name, isDir: entry.isDirectory(), isFile: entry.isFile() })),
-      );
+      const bytes = readdirSync(path, { withFileTypes: true, encoding: 'buffer' });
+      return { entries: sortByNameBytes(bytes.map((entry) => byteEntry(entry.name, entry.isDirectory(), entry.isFile()))), more: false, bytes: 0 };
     } catch {
       return undefined;
     }

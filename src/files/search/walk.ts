@@ -1,7 +1,7 @@
 import { dirname } from 'node:path';
 import { judge, MAX_IGNORE_FILE_BYTES, parseRule, parseRules, type Rule, type Verdict } from './ignore-rules.js';
 import type { SearchCalls } from '../../native/search-calls.js';
-import { OpenDir, type Name, type Reader } from './user-access.js';
+import { OpenDir, type DirEntry, type Name, type Reader } from './user-access.js';
 
 /** Which entries a walk gives, by ripgrep's default rules unless turned off. */
 export interface WalkOptions {
@@ -15,6 +15,24 @@ export interface WalkOptions {
   reader: Reader | undefined;
   /** The addon's openat, when it loaded (faster; the same rules either way). */
   searchCalls: SearchCalls | undefined;
+}
+
+/**
+ * What a walk holds is bounded whatever the tree (a user's, so an
+ * attacker's): at most WALK_MAX_DEPTH directories open at once, and the
+ * listings on its stack take at most WALK_LISTING_BUDGET of names beside
+ * LIST_CHUNK_MIN_BYTES a level. A directory past the depth is not entered,
+ * and the walk says so (`WalkReport.tooDeep`): the answer is truncated.
+ */
+export const WALK_MAX_DEPTH = 256;
+export const WALK_LISTING_BUDGET = 1024 * 1024;
+/** One listing call's share: a directory whose names fit comes whole and sorted; a larger one in chunks (list-dir.c). */
+export const LIST_CHUNK_MAX_BYTES = 256 * 1024;
+export const LIST_CHUNK_MIN_BYTES = 4 * 1024;
+
+/** What a walk left out: directories past WALK_MAX_DEPTH. */
+export interface WalkReport {
+  tooDeep: number;
 }
 
 export interface WalkEntry {
@@ -62,11 +80,11 @@ export function overrideRules(include: readonly string[], exclude: readonly stri
  * entry at a time: the caller decides when to yield to the event loop, and
  * `return()` on the generator closes every directory it holds open.
  */
-export function* walkTree(root: OpenDir, options: WalkOptions, withDirs: boolean): Generator<WalkEntry, void, undefined> {
+export function* walkTree(root: OpenDir, options: WalkOptions, withDirs: boolean, report: WalkReport = { tooDeep: 0 }): Generator<WalkEntry, void, undefined> {
   const overrides = overrideRules(options.include, options.exclude);
   const hasIncludes = overrides.some((rule) => rule.negated);
   const levels = options.gitignore ? ancestorLevels(root.path, options.reader) : [];
-  yield* walkDirectory(root, '', undefined, levels, { options, overrides, hasIncludes, withDirs });
+  yield* walkDirectory(root, '', undefined, levels, { options, overrides, hasIncludes, withDirs, depth: 0, held: 0, report });
 }
 
 interface WalkContext {
@@ -74,15 +92,40 @@ interface WalkContext {
   overrides: Rule[];
   hasIncludes: boolean;
   withDirs: boolean;
+  /** How many directories are open below the root, and the bytes of names their listings hold. */
+  depth: number;
+  held: number;
+  report: WalkReport;
 }
 
+/** What the next listing call may hold: its share of what the stack's listings leave of the budget. */
+const chunkBytes = (held: number) => Math.max(LIST_CHUNK_MIN_BYTES, Math.min(LIST_CHUNK_MAX_BYTES, WALK_LISTING_BUDGET - held));
+
 function* walkDirectory(dir: OpenDir, rel: string, relBytes: Buffer | undefined, parents: Level[], context: WalkContext): Generator<WalkEntry, void, undefined> {
-  const entries = dir.entries();
-  if (!entries) return;
+  let chunk = dir.listChunk(true, chunkBytes(context.held));
+  if (!chunk) return;
   const { options } = context;
-  // Only the ignore files the listing shows are opened: most directories have none, and a failed open costs an exception.
-  const present = entries.some(isIgnoreName) ? new Set(entries.filter(isIgnoreName).map((entry) => entry.name)) : undefined;
+  // Only the ignore files the listing shows are opened: most directories have none, and a failed open costs an
+  // exception. A directory listed in chunks may show them in a later one: all three are tried.
+  const present = chunk.more ? IGNORE_NAMES : chunk.entries.some(isIgnoreName) ? new Set(chunk.entries.filter(isIgnoreName).map((entry) => entry.name)) : undefined;
   const levels = options.gitignore && present ? withLevel(parents, readLevel(dir, { strip: rel === '' ? 0 : rel.length + 1, prefix: '' }, options.reader, present)) : parents;
+  context.held += chunk.bytes;
+  try {
+    for (;;) {
+      yield* walkEntries(dir, chunk.entries, rel, relBytes, levels, context);
+      if (!chunk.more) return;
+      // The next part of a large directory: the one before is dropped, so the walk holds one part of it.
+      context.held -= chunk.bytes;
+      chunk = dir.listChunk(false, chunkBytes(context.held));
+      if (!chunk) return;
+      context.held += chunk.bytes;
+    }
+  } finally {
+    if (chunk) context.held -= chunk.bytes;
+  }
+}
+
+function* walkEntries(dir: OpenDir, entries: DirEntry[], rel: string, relBytes: Buffer | undefined, levels: Level[], context: WalkContext): Generator<WalkEntry, void, undefined> {
   for (const entry of entries) {
     const { isDir } = entry;
     // Symlinks are not followed; FIFOs, sockets and devices are not searched.
@@ -98,11 +141,17 @@ function* walkDirectory(dir: OpenDir, rel: string, relBytes: Buffer | undefined,
       continue;
     }
     if (context.withDirs) yield found;
-    const child = dir.openChild(name, options.reader);
+    if (context.depth === WALK_MAX_DEPTH) {
+      context.report.tooDeep++;
+      continue;
+    }
+    const child = dir.openChild(name, context.options.reader);
     if (!child) continue;
+    context.depth++;
     try {
       yield* walkDirectory(child, childRel, childBytes, levels, context);
     } finally {
+      context.depth--;
       child.close();
     }
   }
