@@ -36,10 +36,21 @@ export interface DirEntry {
   isFile: boolean;
 }
 
-/** listDir's text: type letter and name, joined by '/' (and one after the last when more follow). */
-function parseListing(listed: string, more: boolean): DirEntry[] {
-  if (listed === '') return [];
-  return (more ? listed.slice(0, -1) : listed).split('/').map((entry) => ({ name: entry.slice(1), raw: undefined, isDir: entry[0] === 'd', isFile: entry[0] === 'f' }));
+/**
+ * listDir's text: type letter and name, joined by '/' (and one after the
+ * last when more follow), read one entry at a time. No array of entries: a
+ * part of a large directory's (thousands of entries) lived long enough to be
+ * promoted to V8's old generation, 43 MiB of garbage over 300,000 files.
+ */
+function* parseListing(listed: string, more: boolean): Generator<DirEntry, void, undefined> {
+  const end = more ? listed.length - 1 : listed.length;
+  for (let at = 0; at < end; ) {
+    let slash = listed.indexOf('/', at);
+    if (slash === -1 || slash > end) slash = end;
+    const letter = listed.charCodeAt(at);
+    yield { name: listed.slice(at + 1, slash), raw: undefined, isDir: letter === 0x64, isFile: letter === 0x66 };
+    at = slash + 1;
+  }
 }
 
 /** The same as bytes (a name in it is not UTF-8): names that are not UTF-8 keep their bytes to be opened by. */
@@ -63,6 +74,18 @@ function byteEntry(name: Buffer, isDir: boolean, isFile: boolean): DirEntry {
 function sortByNameBytes(entries: DirEntry[]): DirEntry[] {
   const keyed = entries.map((entry) => ({ entry, key: entry.raw ?? Buffer.from(entry.name) }));
   return keyed.sort((a, b) => Buffer.compare(a.key, b.key)).map(({ entry }) => entry);
+}
+
+/** A part of a directory's listing (OpenDir.listChunk). */
+export interface ListedChunk {
+  /** In order; each iteration reads the listing again, making no array of it. */
+  entries: Iterable<DirEntry>;
+  /** More entries follow in the next part. */
+  more: boolean;
+  /** The listing's size, for the walk's budget (0 without the addon). */
+  bytes: number;
+  /** False when the part surely holds none of `.git`, `.gitignore`, `.ignore`. */
+  ignoreFilesMaybe: boolean;
 }
 
 /** Whose permissions apply; undefined: no check (envd is not root, or the user is root). */
@@ -211,24 +234,26 @@ export class OpenDir {
    * chunks in the file system's order, so a walk holds a bounded part of any
    * directory. Without the addon every directory comes whole and sorted.
    */
-  listChunk(fromStart: boolean, maxBytes: number): { entries: DirEntry[]; more: boolean; bytes: number } | undefined {
+  listChunk(fromStart: boolean, maxBytes: number): ListedChunk | undefined {
     if (this.searchCalls) {
       const listed = this.searchCalls.listDir(this.fd, fromStart, maxBytes);
       if (typeof listed === 'number') return undefined;
       const more = listed.length > 0 && (typeof listed === 'string' ? listed.endsWith('/') : listed[listed.length - 1] === 0x2f);
-      return { entries: typeof listed === 'string' ? parseListing(listed, more) : parseListingBytes(listed, more), more, bytes: listed.length };
+      if (typeof listed !== 'string') return { entries: parseListingBytes(listed, more), more, bytes: listed.length, ignoreFilesMaybe: true };
+      // Most listings hold none of .git, .gitignore, .ignore: found without reading them entry by entry.
+      return { entries: { [Symbol.iterator]: () => parseListing(listed, more) }, more, bytes: listed.length, ignoreFilesMaybe: listed.includes('.git') || listed.includes('.ignore') };
     }
-    if (!fromStart) return { entries: [], more: false, bytes: 0 };
+    if (!fromStart) return { entries: [], more: false, bytes: 0, ignoreFilesMaybe: false };
     const path = HAS_PROC_FD ? `/proc/self/fd/${this.fd}` : this.path;
     try {
       // Names as strings (a Buffer per name cost a quarter of a search in garbage collection); a
       // directory with a name that is not UTF-8 (it decodes with U+FFFD) is read again as bytes.
       const list = readdirSync(path, { withFileTypes: true });
       if (!list.some((entry) => entry.name.includes('\uFFFD'))) {
-        return { entries: sortByNameBytes(list.map((entry) => ({ name: entry.name, raw: undefined, isDir: entry.isDirectory(), isFile: entry.isFile() }))), more: false, bytes: 0 };
+        return { entries: sortByNameBytes(list.map((entry) => ({ name: entry.name, raw: undefined, isDir: entry.isDirectory(), isFile: entry.isFile() }))), more: false, bytes: 0, ignoreFilesMaybe: true };
       }
       const bytes = readdirSync(path, { withFileTypes: true, encoding: 'buffer' });
-      return { entries: sortByNameBytes(bytes.map((entry) => byteEntry(entry.name, entry.isDirectory(), entry.isFile()))), more: false, bytes: 0 };
+      return { entries: sortByNameBytes(bytes.map((entry) => byteEntry(entry.name, entry.isDirectory(), entry.isFile()))), more: false, bytes: 0, ignoreFilesMaybe: true };
     } catch {
       return undefined;
     }

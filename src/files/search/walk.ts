@@ -1,7 +1,7 @@
 import { dirname } from 'node:path';
 import { judge, MAX_IGNORE_FILE_BYTES, parseRule, parseRules, type Rule, type Verdict } from './ignore-rules.js';
 import type { SearchCalls } from '../../native/search-calls.js';
-import { OpenDir, type DirEntry, type Name, type Reader } from './user-access.js';
+import { OpenDir, type DirEntry, type ListedChunk, type Name, type Reader } from './user-access.js';
 
 /** Which entries a walk gives, by ripgrep's default rules unless turned off. */
 export interface WalkOptions {
@@ -107,7 +107,7 @@ function* walkDirectory(dir: OpenDir, rel: string, relBytes: Buffer | undefined,
   const { options } = context;
   // Only the ignore files the listing shows are opened: most directories have none, and a failed open costs an
   // exception. A directory listed in chunks may show them in a later one: all three are tried.
-  const present = chunk.more ? IGNORE_NAMES : chunk.entries.some(isIgnoreName) ? new Set(chunk.entries.filter(isIgnoreName).map((entry) => entry.name)) : undefined;
+  const present = chunk.more ? IGNORE_NAMES : chunk.ignoreFilesMaybe ? ignoreNamesIn(chunk) : undefined;
   const levels = options.gitignore && present ? withLevel(parents, readLevel(dir, { strip: rel === '' ? 0 : rel.length + 1, prefix: '' }, options.reader, present)) : parents;
   context.held += chunk.bytes;
   try {
@@ -125,7 +125,7 @@ function* walkDirectory(dir: OpenDir, rel: string, relBytes: Buffer | undefined,
   }
 }
 
-function* walkEntries(dir: OpenDir, entries: DirEntry[], rel: string, relBytes: Buffer | undefined, levels: Level[], context: WalkContext): Generator<WalkEntry, void, undefined> {
+function* walkEntries(dir: OpenDir, entries: Iterable<DirEntry>, rel: string, relBytes: Buffer | undefined, levels: Level[], context: WalkContext): Generator<WalkEntry, void, undefined> {
   for (const entry of entries) {
     const { isDir } = entry;
     // Symlinks are not followed; FIFOs, sockets and devices are not searched.
@@ -207,7 +207,13 @@ function readRules(dir: OpenDir, name: string, reader: Reader | undefined): Rule
 }
 
 const IGNORE_NAMES = new Set(['.git', '.gitignore', '.ignore']);
-const isIgnoreName = (entry: { name: string }) => IGNORE_NAMES.has(entry.name);
+
+/** Which ignore names a listing holds; undefined: none. */
+function ignoreNamesIn(chunk: ListedChunk): Set<string> | undefined {
+  const present = new Set<string>();
+  for (const entry of chunk.entries) if (IGNORE_NAMES.has(entry.name)) present.add(entry.name);
+  return present.size > 0 ? present : undefined;
+}
 
 /** The ignore files of a directory; `present`: which of `.git`, `.gitignore`, `.ignore` its listing has (all when unknown). */
 function readLevel(dir: OpenDir, place: Pick<Level, 'strip' | 'prefix'>, reader: Reader | undefined, present: ReadonlySet<string> = IGNORE_NAMES): Level {
