@@ -272,7 +272,7 @@ function buildMallocTrimAddon() {
   const headers = nodeApiHeaders();
   const flags = ['-std=c11', '-O2', '-Wall', '-Wextra', '-Werror', '-s', '-shared', '-fPIC', `-I${headers}`];
   const hash = createHash('sha256').update(JSON.stringify(flags)).update(readFileSync(`${headers}/node_api.h`));
-  for (const header of ['random-reseed.h', 'file-batch.h', 'open-at.h', 'list-dir.h', 'byte-search.h', 'search-batch.h']) hash.update(readFileSync(`src/native/${header}`));
+  for (const header of ['random-reseed.h', 'file-batch.h', 'open-at.h', 'list-dir.h', 'js-number.h', 'byte-search.h', 'search-batch.h']) hash.update(readFileSync(`src/native/${header}`));
   for (const source of sources) hash.update(readFileSync(source));
   const inputs = hash.digest('hex');
   const stampFile = `${output}.inputs`;

@@ -11,6 +11,7 @@
  *   full: 2-3 times Buffer.indexOf's speed, ripgrep's own trick.
  */
 #include "byte-search.h"
+#include "js-number.h"
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -34,11 +35,6 @@ static bool bytes_of(napi_env env, napi_value value, const uint8_t **data, size_
   }
   *data = raw;
   return true;
-}
-
-static napi_value number(napi_env env, double value) {
-  napi_value result;
-  return napi_create_double(env, value, &result) == napi_ok ? result : NULL;
 }
 
 napi_value count_newlines(napi_env env, napi_callback_info info) {

@@ -13,6 +13,7 @@
  */
 #define _GNU_SOURCE
 #include "list-dir.h"
+#include "js-number.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -142,11 +143,6 @@ static napi_value joined(napi_env env, const struct listing *list, bool more) {
   return status == napi_ok ? result : NULL;
 }
 
-static napi_value number(napi_env env, double value) {
-  napi_value result;
-  return napi_create_double(env, value, &result) == napi_ok ? result : NULL;
-}
-
 /**
  * listDir(dirfd, fromStart, maxBytes): entries of the directory, each its type letter
  * ('d' directory, 'f' regular file, 'o' anything else) and its name, joined
@@ -154,8 +150,8 @@ static napi_value number(napi_env env, double value) {
  * reads from the first entry, else on from the last call's end. A listing
  * that ends with '/' has more entries after it (read them with fromStart
  * false); one that does not is the rest of the directory, sorted by the names'
- * bytes when it is all of it. A call stops once it holds maxBytes of names. A string, or a Buffer of the same bytes when
- * some name is not UTF-8.
+ * bytes when it is all of it. A call stops once it holds maxBytes of names.
+ * A string, or a Buffer of the same bytes when some name is not UTF-8.
  */
 napi_value list_dir(napi_env env, napi_callback_info info) {
   size_t argc = 3;

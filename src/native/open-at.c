@@ -15,6 +15,7 @@
  */
 #define _GNU_SOURCE
 #include "open-at.h"
+#include "js-number.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -90,11 +91,6 @@ static double *float64_out(napi_env env, napi_value value, size_t length) {
   void *data;
   if (napi_get_typedarray_info(env, value, &kind, &have, &data, NULL, NULL) != napi_ok || kind != napi_float64_array || have < length) return NULL;
   return data;
-}
-
-static napi_value number(napi_env env, double value) {
-  napi_value result;
-  return napi_create_double(env, value, &result) == napi_ok ? result : NULL;
 }
 
 /**
